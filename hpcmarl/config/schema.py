@@ -1,0 +1,184 @@
+"""The job schema: every setting a job file may hold, with its meaning and its default.
+
+A job file is YAML whose sections mirror these dataclasses. Each field carries a docstring so
+that `python -m hpcmarl --explain` and error messages can say what a key is for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class EnvConfig:
+    """Which environment the collectors and the evaluator run."""
+
+    kind: str = "gymnasium"
+    """Environment family: `gymnasium` (one agent) or `pettingzoo` (parallel multi-agent API)."""
+    id: str = "CartPole-v1"
+    """Environment id: a gymnasium id, or a PettingZoo module such as `mpe2.simple_spread_v3`."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments passed to the environment constructor."""
+    num_envs: int = 1
+    """Environment copies stepped together by each collector (a batched forward pass per step)."""
+
+
+@dataclass
+class AgentsConfig:
+    """How environment agents map to trained policies."""
+
+    mapping: Any = "shared"
+    """`shared` (every agent acts with one policy), `independent` (one policy per agent) or a
+    dict {agent_id: policy_id}."""
+    strategy_spec_id: str = "main"
+    """Strategy spec whose policies this job trains; weight tables are keyed `{spec}/{policy}`."""
+
+
+@dataclass
+class LearnerConfig:
+    """The learning algorithm and its hyper-parameters."""
+
+    algo: str = "dqn"
+    """Algorithm name. Available: `dqn`."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    batch_size: int = 64
+    """Transitions per sampled batch, per learner."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [128, 128])
+    """Hidden layer widths of the Q-network MLP."""
+    double_q: bool = True
+    """Use double Q-learning targets (online net picks the action, target net scores it)."""
+    huber_delta: float = 1.0
+    """Huber loss threshold on the TD error."""
+    grad_clip: float = 10.0
+    """Global gradient-norm clip; 0 disables it."""
+    target_network_update_freq: int = 250
+    """Learner updates between hard copies of the online network into the target network."""
+    push_interval: int = 10
+    """Learner updates between weight pushes to the parameter server."""
+    updates_per_task: int = 200
+    """Updates in one learner task granted by the commander (its unit of scheduling)."""
+    allreduce: str = "auto"
+    """Gradient averaging across learners of one policy: `mpi`, `horovod` or `auto`."""
+
+
+@dataclass
+class ReplayConfig:
+    """Replay tables on the replay shards (one table per policy on every shard)."""
+
+    table_capacity: int = 50_000
+    """Transitions kept per table per shard; the oldest are evicted (and counted) beyond it."""
+    learning_starts: int = 1_000
+    """Transitions a table must hold before it serves samples."""
+    prioritized: bool = True
+    """Prioritized sampling (sum tree) instead of uniform."""
+    alpha: float = 0.6
+    """Priority exponent: P(i) = p_i^alpha / sum_k p_k^alpha."""
+    beta: float = 0.4
+    """Importance-sampling exponent: w_i = (N * P(i))^-beta, normalised by the batch maximum."""
+    eps: float = 1e-6
+    """Added to |TD error| so that no item gets priority zero."""
+    samples_per_insert: float = 8.0
+    """Target ratio of sampled to inserted transitions; 0 disables the rate limiter."""
+    error_buffer: float = 20_000.0
+    """Slack of the samples-per-insert limiter, in transitions, around its target."""
+    insert_credits: int = 2
+    """Batches a collector may have in flight to one shard (back-pressure credits)."""
+
+
+@dataclass
+class CollectorConfig:
+    """Experience collection."""
+
+    fragment_length: int = 32
+    """Environment steps per batch sent to replay (per environment copy)."""
+    fragments_per_task: int = 4
+    """Fragments in one collector task granted by the commander."""
+    eps_start: float = 1.0
+    """Initial epsilon of the epsilon-greedy schedule."""
+    eps_end: float = 0.02
+    """Final epsilon."""
+    eps_decay_steps: int = 20_000
+    """Global env steps over which epsilon decays linearly."""
+    weight_sync_fragments: int = 1
+    """Fragments between checks with the parameter server for newer weights."""
+
+
+@dataclass
+class CommanderConfig:
+    """Scheduling, evaluation and the stop condition."""
+
+    stop_value: float | None = 475.0
+    """Stop when the greedy evaluation's mean return reaches this value; null disables it."""
+    max_env_steps: int = 300_000
+    """Step budget: stop after this many environment steps (all collectors together)."""
+    max_wall_time_s: float = 0.0
+    """Stop after this many seconds of training; 0 means no wall-time limit."""
+    eval_interval_s: float = 5.0
+    """Seconds between greedy evaluations."""
+    eval_episodes: int = 10
+    """Episodes per evaluation; their mean return is compared with `stop_value`."""
+    collector_task_space: int = 0
+    """Collector tasks that may run at once; 0 means one per collector."""
+    progress_interval_s: float = 3.0
+    """Seconds between progress lines on stdout (and rows in progress.csv / metrics.jsonl)."""
+
+
+@dataclass
+class TopologyConfig:
+    """How many of each role the job wants; placement on ranks follows from the world size."""
+
+    param_servers: int = 1
+    """Parameter-server roles."""
+    replay_shards: int = 2
+    """Replay-shard roles."""
+    learners: int = 2
+    """Learner roles (learners of one policy average their gradients)."""
+    collectors: int = 10
+    """Collector roles."""
+    colocate: bool = True
+    """Let a world smaller than the role count host several roles per rank; when false such a
+    world is refused."""
+
+
+@dataclass
+class RuntimeConfig:
+    """Process-level settings."""
+
+    run_dir: str = ""
+    """Run directory; empty means `runs/<job name>-<timestamp>`."""
+    torch_threads: int = 1
+    """Torch threads per rank (16 ranks often share a few cores)."""
+    idle_sleep_max_s: float = 0.002
+    """Longest sleep of an idle rank's backoff."""
+    shutdown_timeout_s: float = 20.0
+    """Seconds the commander waits for roles to acknowledge stop before aborting."""
+
+
+@dataclass
+class JobConfig:
+    """A whole job: what to train, where, and when to stop."""
+
+    name: str = "cartpole-dqn"
+    """Job name, used in the run directory name."""
+    seed: int = 0
+    """Base seed; every role derives its own from it."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """Environment."""
+    agents: AgentsConfig = field(default_factory=AgentsConfig)
+    """Agent to policy mapping."""
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    """Algorithm."""
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    """Replay."""
+    collector: CollectorConfig = field(default_factory=CollectorConfig)
+    """Collection."""
+    commander: CommanderConfig = field(default_factory=CommanderConfig)
+    """Schedule and stop."""
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    """Role counts."""
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    """Process settings."""
