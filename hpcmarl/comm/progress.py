@@ -1,0 +1,72 @@
+"""Waiting without spinning: the idle backoff and the pool of outstanding requests.
+
+Sixteen ranks may share two cores, so an idle rank must sleep, but a busy one must not: the
+backoff doubles its sleep while nothing happens and resets the moment something does.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+class Backoff:
+    """Sleep min_s, 2*min_s, 4*min_s ... up to max_s while idle; `reset()` on progress."""
+
+    def __init__(self, min_s: float = 5e-5, max_s: float = 2e-3) -> None:
+        self.min_s = min_s
+        self.max_s = max_s
+        self._next = min_s
+
+    def reset(self) -> None:
+        self._next = self.min_s
+
+    def sleep(self) -> None:
+        time.sleep(self._next)
+        self._next = min(self._next * 2.0, self.max_s)
+
+
+class RequestPool:
+    """Owns outstanding nonblocking sends and the buffers they read from.
+
+    A buffer handed to `Isend` must live, unmodified, until its request completes; keeping the
+    buffer next to its request here is what guarantees that.
+    """
+
+    def __init__(self) -> None:
+        self._requests: list[Any] = []
+        self._keepalive: list[Any] = []
+
+    def add(self, request: Any, keepalive: Any) -> None:
+        self._requests.append(request)
+        self._keepalive.append(keepalive)
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def test(self) -> int:
+        """Release every completed request; return how many completed."""
+        if not self._requests:
+            return 0
+        still_requests, still_keep = [], []
+        for request, keep in zip(self._requests, self._keepalive, strict=True):
+            if not request.Test():
+                still_requests.append(request)
+                still_keep.append(keep)
+        done = len(self._requests) - len(still_requests)
+        self._requests, self._keepalive = still_requests, still_keep
+        return done
+
+    def drain(self, timeout_s: float, on_idle: Any = None) -> bool:
+        """Complete every request within `timeout_s`; `on_idle` keeps receives flowing meanwhile."""
+        deadline = time.monotonic() + timeout_s
+        backoff = Backoff()
+        while self._requests and time.monotonic() < deadline:
+            progressed = self.test() > 0
+            if on_idle is not None:
+                progressed = on_idle() or progressed
+            if progressed:
+                backoff.reset()
+            else:
+                backoff.sleep()
+        return not self._requests

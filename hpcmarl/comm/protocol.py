@@ -1,0 +1,67 @@
+"""The message table: every kind of message, who sends it, who receives it, what it carries.
+
+This table is the contract between roles. Control messages carry a small `meta` dict only;
+bulk messages also carry named numpy arrays, which travel as raw buffers, never pickled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One row of the message table."""
+
+    name: str
+    sender: str
+    receiver: str
+    payload: str
+    bulk: bool = False
+
+
+MESSAGE_TABLE: tuple[Kind, ...] = (
+    Kind("task_request", "collector|learner", "commander", "{} - ask for work when idle"),
+    Kind("task", "commander", "collector|learner", "{task_id, kind, ...} - granted work"),
+    Kind("task_done", "collector|learner", "commander", "{task_id, stats} - releases task space"),
+    Kind("task_failed", "collector|learner", "commander", "{task_id, cause} - releases space"),
+    Kind("stats", "param_server|replay_shard", "commander", "{counters} - periodic report"),
+    Kind("relax", "commander", "replay_shard", "{} - shutdown drain: serve samples freely"),
+    Kind("stop", "commander", "every role", "{reason} - finish and acknowledge"),
+    Kind("stopped", "every role", "commander", "{counters} - acknowledgement of stop"),
+    Kind("batch", "collector", "replay_shard", "{policy} + transition columns", bulk=True),
+    Kind("credit", "replay_shard", "collector", "{n} - may send n more batches"),
+    Kind("sample_request", "learner", "replay_shard", "{policy, n} - one batch wanted"),
+    Kind("sample", "replay_shard", "learner", "{policy} + columns, indices, weights", bulk=True),
+    Kind("priorities", "learner", "replay_shard", "{policy} + indices, ids, td", bulk=True),
+    Kind("weights_push", "learner", "param_server", "{key} + weights vector", bulk=True),
+    Kind("weights_pull", "collector", "param_server", "{key, have_version}"),
+    Kind("weights", "param_server", "collector", "{key, version} + weights", bulk=True),
+    Kind("not_newer", "param_server", "collector", "{key, version} - nothing newer"),
+)
+
+KINDS: dict[str, Kind] = {kind.name: kind for kind in MESSAGE_TABLE}
+
+
+@dataclass
+class Message:
+    """A message between two roles, addressed by role name (e.g. `replay1`).
+
+    Arrays handed to `send` belong to the transport from then on: the sender must not modify
+    them, because a nonblocking send may still be reading them.
+    """
+
+    kind: str
+    src: str
+    dst: str
+    meta: dict[str, Any] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] | None = None
+
+
+def format_table() -> str:
+    """The message table as text, for the wiring diagram printed at start."""
+    rows = [f"  {k.name:<15} {k.sender:>26} -> {k.receiver:<20} {k.payload}" for k in MESSAGE_TABLE]
+    return "\n".join(rows)

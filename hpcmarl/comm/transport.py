@@ -1,0 +1,177 @@
+"""Moving messages between roles: in memory on one rank, nonblocking MPI across ranks.
+
+This package is the only place that imports mpi4py. A control message is a small pickled tuple
+on the control tag. A bulk message is a control header (kind, addresses, meta and the dtype and
+shape of each array) followed by one raw `Isend` per array (or per chunk of a huge array) on the
+bulk tag. MPI never lets two messages between the same pair of ranks on one tag overtake each
+other, so the receiver posts its `Irecv`s in header order and each lands on the right buffer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from .progress import RequestPool
+from .protocol import Message
+
+CONTROL_TAG = 11
+BULK_TAG = 12
+MAX_RECEIVES_PER_POLL = 64
+
+
+def chunk_bytes() -> int:
+    """Largest single MPI message in bytes; huge arrays go in several (counts stay < 2**31)."""
+    return int(os.environ.get("HPCMARL_CHUNK_BYTES", str(1 << 30)))
+
+
+def byte_chunks(nbytes: int, limit: int) -> list[tuple[int, int]]:
+    """The (start, stop) byte ranges an array of `nbytes` is sent in; both sides agree on them."""
+    if nbytes == 0:
+        return []
+    return [(start, min(start + limit, nbytes)) for start in range(0, nbytes, limit)]
+
+
+class LocalTransport:
+    """Delivers messages between roles hosted by this process: no copies, no MPI."""
+
+    def __init__(self, rank_of: dict[str, int], rank: int = 0) -> None:
+        self.rank_of = rank_of
+        self.rank = rank
+        self.inboxes: dict[str, deque[Message]] = {}
+        self.dropped = 0
+
+    def register(self, role_name: str) -> deque[Message]:
+        self.inboxes[role_name] = deque()
+        return self.inboxes[role_name]
+
+    def unregister(self, role_name: str) -> None:
+        """A finished role receives nothing more; later messages to it are dropped and counted."""
+        self.inboxes.pop(role_name, None)
+
+    def send(self, msg: Message) -> None:
+        self._deliver(msg)
+
+    def _deliver(self, msg: Message) -> None:
+        inbox = self.inboxes.get(msg.dst)
+        if inbox is None:
+            self.dropped += 1
+        else:
+            inbox.append(msg)
+
+    def poll(self) -> bool:
+        return False
+
+    def outstanding(self) -> int:
+        return 0
+
+    def finish(self, timeout_s: float) -> bool:
+        return True
+
+
+class _Incoming:
+    """A message received from one source whose arrays may still be arriving."""
+
+    def __init__(self, msg: Message, requests: list[Any]) -> None:
+        self.msg = msg
+        self.requests = requests
+
+    def complete(self) -> bool:
+        if self.requests:
+            self.requests = [r for r in self.requests if not r.Test()]
+        return not self.requests
+
+
+class MpiTransport(LocalTransport):
+    """Nonblocking MPI between ranks, in-memory delivery within a rank."""
+
+    def __init__(self, rank_of: dict[str, int], comm: Any) -> None:
+        super().__init__(rank_of, comm.Get_rank())
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self.comm = comm
+        self.sends = RequestPool()
+        self.incoming: dict[int, deque[_Incoming]] = {}
+        self.chunk = chunk_bytes()
+        self.status = MPI.Status()
+
+    def send(self, msg: Message) -> None:
+        dest = self.rank_of[msg.dst]
+        if dest == self.rank:
+            self._deliver(msg)
+        elif msg.arrays is None:
+            header = (msg.kind, msg.src, msg.dst, msg.meta, None)
+            self.sends.add(self.comm.isend(header, dest, CONTROL_TAG), None)
+        else:
+            self._send_bulk(msg, dest)
+
+    def _send_bulk(self, msg: Message, dest: int) -> None:
+        arrays = {name: np.ascontiguousarray(a) for name, a in msg.arrays.items()}
+        specs = [(name, a.dtype.str, a.shape) for name, a in arrays.items()]
+        header = (msg.kind, msg.src, msg.dst, msg.meta, specs)
+        self.sends.add(self.comm.isend(header, dest, CONTROL_TAG), None)
+        for array in arrays.values():
+            raw = array.reshape(-1).view(np.uint8)
+            for start, stop in byte_chunks(raw.nbytes, self.chunk):
+                request = self.comm.Isend(raw[start:stop], dest, BULK_TAG)
+                self.sends.add(request, array)
+
+    def poll(self) -> bool:
+        progressed = self.sends.test() > 0
+        progressed = self._receive_headers() or progressed
+        return self._deliver_completed() or progressed
+
+    def _receive_headers(self) -> bool:
+        received = 0
+        while received < MAX_RECEIVES_PER_POLL:
+            probe = self.comm.improbe(self.MPI.ANY_SOURCE, CONTROL_TAG, self.status)
+            if probe is None:
+                break
+            source = self.status.Get_source()
+            kind, src, dst, meta, specs = probe.recv()
+            msg = Message(kind, src, dst, meta)
+            requests = self._post_receives(msg, specs, source) if specs is not None else []
+            self.incoming.setdefault(source, deque()).append(_Incoming(msg, requests))
+            received += 1
+        return received > 0
+
+    def _post_receives(self, msg: Message, specs: list, source: int) -> list[Any]:
+        msg.arrays = {}
+        requests = []
+        for name, dtype, shape in specs:
+            array = np.empty(shape, dtype=np.dtype(dtype))
+            raw = array.reshape(-1).view(np.uint8)
+            for start, stop in byte_chunks(raw.nbytes, self.chunk):
+                requests.append(self.comm.Irecv(raw[start:stop], source, BULK_TAG))
+            msg.arrays[name] = array
+        return requests
+
+    def _deliver_completed(self) -> bool:
+        """Deliver finished messages, keeping each source's order."""
+        delivered = False
+        for queue in self.incoming.values():
+            while queue and queue[0].complete():
+                self._deliver(queue.popleft().msg)
+                delivered = True
+        return delivered
+
+    def outstanding(self) -> int:
+        pending_receives = sum(len(q) for q in self.incoming.values())
+        return len(self.sends) + pending_receives
+
+    def finish(self, timeout_s: float) -> bool:
+        """Complete our sends while draining receives, then agree with every rank to stop.
+
+        A nonblocking barrier entered only after our own sends completed means that when it
+        completes, nobody has a send left that waits for a receive of ours.
+        """
+        drained = self.sends.drain(timeout_s, on_idle=self.poll)
+        barrier = self.comm.Ibarrier()
+        self.sends.add(barrier, None)
+        agreed = self.sends.drain(timeout_s, on_idle=self.poll)
+        self._deliver_completed()
+        return drained and agreed

@@ -1,0 +1,128 @@
+"""Building the roles a rank hosts, from the job, the env description and the topology.
+
+Rank 0 probes the environment once (so that an unknown id or an algorithm that does not fit
+fails before any work starts) and broadcasts what it learned as an `EnvSpec`; every rank then
+builds its own roles from the same inputs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from ..algos import check_fits
+from ..algos.dqn import DQN, QActor
+from ..algos.mapping import check_compatible, policies_of, resolve_mapping
+from ..comm.allreduce import MpiAverager, SoloAverager
+from ..comm.transport import LocalTransport
+from ..config.schema import JobConfig
+from ..core import Role, policy_key
+from ..envs import make_vector_env
+from ..metrics import MetricsSink
+from ..roles.collector import Collector
+from ..roles.commander import Commander
+from ..roles.learner import Learner, PolicyTrainer
+from ..roles.param_server import ParameterServer
+from ..roles.replay_shard import ReplayShard
+from .topology import Topology
+
+
+@dataclass
+class EnvSpec:
+    """What the roles need to know of the environment: agents, sizes, policy mapping."""
+
+    agents: list[str]
+    obs_dims: dict[str, int]
+    n_actions: dict[str, int]
+    policy_of: dict[str, str]
+
+    @property
+    def policies(self) -> list[str]:
+        return sorted(set(self.policy_of.values()))
+
+    def policy_dims(self, policy: str) -> tuple[int, int]:
+        agent = next(a for a in self.agents if self.policy_of[a] == policy)
+        return self.obs_dims[agent], self.n_actions[agent]
+
+
+def probe_env(cfg: JobConfig) -> EnvSpec:
+    """Create the environment once to learn its agents and spaces; refuse misfits early."""
+    env = make_vector_env(cfg.env, 1, cfg.seed)
+    policy_of = resolve_mapping(cfg.agents.mapping, env.agents)
+    for agent in env.agents:
+        check_fits(cfg.learner.algo, env.action_space(agent))
+    check_compatible(env, policy_of)
+    spec = EnvSpec(list(env.agents), {a: env.obs_dim(a) for a in env.agents},
+                   {a: env.n_actions(a) for a in env.agents}, policy_of)
+    assert policies_of(policy_of) == spec.policies
+    close = getattr(env, "close", None)
+    if close is not None:
+        close()
+    return spec
+
+
+def role_seed(cfg: JobConfig, topology: Topology, name: str) -> int:
+    return cfg.seed * 100_003 + list(topology.rank_of).index(name) * 1_009
+
+
+def build_roles(
+    cfg: JobConfig,
+    spec: EnvSpec,
+    topology: Topology,
+    transport: LocalTransport,
+    group_comm: Any,
+    run_dir: str,
+) -> list[Role]:
+    """Every role hosted on this transport's rank, constructed in the topology's order."""
+    roles: list[Role] = []
+    for name in topology.roles_on(transport.rank):
+        kind = topology.kind_of[name]
+        if kind == "commander":
+            roles.append(Commander(transport, cfg, topology, MetricsSink(run_dir)))
+        elif kind == "param_server":
+            keys = [policy_key(cfg.agents.strategy_spec_id, p)
+                    for p, ps in topology.ps_of_policy.items() if ps == name]
+            roles.append(ParameterServer(name, transport, keys))
+        elif kind == "replay_shard":
+            roles.append(ReplayShard(name, transport, cfg.replay, spec.policies,
+                                     topology.names("collector"), role_seed(cfg, topology, name)))
+        elif kind == "learner":
+            roles.append(build_learner(cfg, spec, topology, transport, group_comm, name))
+        else:
+            roles.append(build_collector(cfg, spec, topology, transport, name))
+    return roles
+
+
+def build_learner(cfg: JobConfig, spec: EnvSpec, topology: Topology,
+                  transport: LocalTransport, group_comm: Any, name: str) -> Learner:
+    trainers = []
+    for policy in topology.policies_of_learner[name]:
+        obs_dim, n_actions = spec.policy_dims(policy)
+        # Same seed on every learner of the policy: the group starts from identical weights.
+        seed = cfg.seed * 7_919 + spec.policies.index(policy)
+        group = topology.learners_of_policy[policy]
+        averager = MpiAverager(group_comm) if len(group) > 1 else SoloAverager()
+        trainers.append(PolicyTrainer(
+            policy, policy_key(cfg.agents.strategy_spec_id, policy),
+            DQN(obs_dim, n_actions, cfg.learner, seed), averager, pushes_weights=group[0] == name))
+    return Learner(name, transport, cfg.learner, trainers, topology.names("replay_shard"),
+                   topology.ps_of_policy, cfg.replay.prioritized)
+
+
+def build_collector(cfg: JobConfig, spec: EnvSpec, topology: Topology,
+                    transport: LocalTransport, name: str) -> Collector:
+    seed = role_seed(cfg, topology, name)
+    env = make_vector_env(cfg.env, cfg.env.num_envs, seed)
+    actors = {p: QActor(*spec.policy_dims(p), cfg.learner.hidden_sizes) for p in spec.policies}
+    keys = {p: policy_key(cfg.agents.strategy_spec_id, p) for p in spec.policies}
+
+    evaluations = itertools.count()
+
+    def make_eval_env(episodes: int) -> Any:
+        # New start states each evaluation, reproducible from the job seed.
+        return make_vector_env(cfg.env, episodes, seed + 500_009 + 1_000 * next(evaluations))
+
+    return Collector(name, transport, env, actors, spec.policy_of, keys, topology.ps_of_policy,
+                     topology.names("replay_shard"), cfg.collector.fragment_length,
+                     cfg.collector.weight_sync_fragments, seed, make_eval_env)

@@ -1,0 +1,174 @@
+"""Starting a job on this process: agree on the job, build this rank's roles, run them, exit.
+
+The same code runs under `mpirun` and as one plain process (every role co-located, no MPI).
+Rank 0 parses the job and probes the environment; a user error there is broadcast so that
+every rank exits with the same one-line message instead of waiting for a rank that gave up.
+An exception on any rank prints one line naming rank, role and cause, then aborts the world.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from ..comm.progress import Backoff
+from ..comm.transport import LocalTransport, MpiTransport
+from ..config.loader import job_from_dict, job_to_dict, load_job, save_resolved
+from ..config.schema import JobConfig
+from ..core import Role
+from ..errors import UserError
+from ..testing import faults
+from . import signals
+from .build import EnvSpec, build_roles, probe_env
+from .topology import Topology, build_topology
+
+MPI_ENV_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS")
+
+
+def launched_by_mpi() -> bool:
+    """True under mpirun/mpiexec/srun: then MPI is initialised, otherwise never imported."""
+    return any(var in os.environ for var in MPI_ENV_VARS)
+
+
+@dataclass
+class Plan:
+    """What every rank agrees on before building roles."""
+
+    cfg: JobConfig
+    spec: EnvSpec
+    topology: Topology
+    run_dir: str
+
+
+def run_job(job_path: str | None, overrides: list[str]) -> int:
+    """Entry point of `python -m hpcmarl train`; returns the process exit code."""
+    comm = world_comm()
+    rank, size = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
+    try:
+        outcome = plan_on_rank0(job_path, overrides, size) if rank == 0 else None
+        if comm is not None:
+            outcome = comm.bcast(outcome, root=0)
+        assert outcome is not None
+        if outcome[0] == "error":
+            if rank == 0:
+                print(f"hpcmarl: error: {outcome[1]}", file=sys.stderr, flush=True)
+            return UserError.exit_code
+        plan = expand_plan(outcome[1], size)
+    except Exception as err:  # noqa: BLE001 - a rank that fails before the loop ends the world
+        fail_rank(rank, None, err, "runs", comm)
+        return 1
+    return run_rank(plan, comm, rank)
+
+
+def world_comm() -> Any:
+    if not launched_by_mpi():
+        return None
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def plan_on_rank0(job_path: str | None, overrides: list[str], world_size: int) -> tuple:
+    """Parse, probe and place on rank 0; a user error becomes a message for every rank."""
+    try:
+        cfg = load_job(job_path, overrides)
+        spec = probe_env(cfg)
+        build_topology(world_size, cfg.topology, spec.policies)
+        run_dir = prepare_run_dir(cfg)
+    except UserError as err:
+        return ("error", err.message())
+    return ("ok", (job_to_dict(cfg), spec, run_dir))
+
+
+def prepare_run_dir(cfg: JobConfig) -> str:
+    run_dir = cfg.runtime.run_dir or os.path.join(
+        "runs", f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.makedirs(run_dir, exist_ok=True)
+    cfg.runtime.run_dir = run_dir
+    save_resolved(cfg, os.path.join(run_dir, "config.yaml"))
+    return run_dir
+
+
+def expand_plan(payload: tuple, world_size: int) -> Plan:
+    cfg_dict, spec, run_dir = payload
+    cfg = job_from_dict(cfg_dict)
+    topology = build_topology(world_size, cfg.topology, spec.policies)
+    return Plan(cfg, spec, topology, run_dir)
+
+
+def run_rank(plan: Plan, comm: Any, rank: int) -> int:
+    """Build this rank's roles and poll them until all have finished."""
+    current: list[Role | None] = [None]
+    try:
+        configure_process(plan.cfg)
+        transport, group_comm = make_transport(plan.topology, comm)
+        roles = build_roles(plan.cfg, plan.spec, plan.topology, transport, group_comm,
+                            plan.run_dir)
+        if rank == 0:
+            print(plan.topology.format(), flush=True)
+        poll_until_finished(roles, transport, plan.cfg, current)
+        transport.finish(plan.cfg.runtime.shutdown_timeout_s)
+        return exit_code_of(roles)
+    except Exception as err:  # noqa: BLE001 - any failure must end the whole world
+        fail_rank(rank, current[0], err, plan.run_dir, comm)
+        return 1
+
+
+def configure_process(cfg: JobConfig) -> None:
+    import torch
+
+    torch.set_num_threads(cfg.runtime.torch_threads)
+    signals.install()
+
+
+def make_transport(topology: Topology, comm: Any) -> tuple[LocalTransport, Any]:
+    if comm is None:
+        return LocalTransport(topology.rank_of, 0), None
+    from mpi4py import MPI
+
+    color = topology.group_color(comm.Get_rank())
+    group_comm = comm.Split(MPI.UNDEFINED if color is None else color, comm.Get_rank())
+    return MpiTransport(topology.rank_of, comm), group_comm
+
+
+def poll_until_finished(roles: list[Role], transport: LocalTransport, cfg: JobConfig,
+                        current: list[Role | None]) -> None:
+    """The rank's loop: poll every live role; sleep a little when none made progress."""
+    backoff = Backoff(max_s=cfg.runtime.idle_sleep_max_s)
+    while not all(role.finished for role in roles):
+        progressed = transport.poll()
+        for role in roles:
+            if not role.finished:
+                current[0] = role
+                faults.maybe_inject(role)
+                progressed = role.poll() or progressed
+        current[0] = None
+        if progressed:
+            backoff.reset()
+        else:
+            backoff.sleep()
+
+
+def exit_code_of(roles: list[Role]) -> int:
+    codes = [getattr(role, "exit_code", 0) for role in roles]
+    return max(codes, default=0)
+
+
+def fail_rank(rank: int, role: Role | None, err: BaseException, run_dir: str, comm: Any) -> None:
+    """One line naming rank, role and cause; the traceback to a file; then end the world."""
+    where = role.name if role is not None else "startup"
+    log = os.path.join(run_dir, "logs", f"rank{rank}.traceback")
+    try:
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+        with open(log, "w") as fh:
+            traceback.print_exception(err, file=fh)
+    except OSError:
+        log = "(could not be written)"
+    print(f"hpcmarl: failed: rank {rank} ({where}): {type(err).__name__}: {err} "
+          f"[traceback: {log}]", file=sys.stderr, flush=True)
+    if comm is not None:
+        comm.Abort(1)

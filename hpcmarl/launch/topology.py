@@ -1,0 +1,151 @@
+"""The wiring diagram: world size + job -> which rank hosts which roles, who talks to whom.
+
+Rank 0 hosts the commander. A world at least as large as the role count gets one role per
+rank; a smaller one co-locates roles on the least loaded ranks (learners first, each on its
+own rank, because data-parallel learners of a policy must sit on distinct ranks to allreduce).
+One process hosts everything; the same role classes run either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..comm.protocol import format_table
+from ..config.schema import TopologyConfig
+from ..errors import TopologyError
+
+ROLE_COST = {"commander": 0.2, "param_server": 0.2, "replay_shard": 0.4, "learner": 1.0,
+             "collector": 1.0}
+ROLE_PREFIX = {"commander": "commander", "param_server": "ps", "replay_shard": "replay",
+               "learner": "learner", "collector": "collector"}
+
+
+@dataclass
+class Topology:
+    """Placement of every role plus the routes derived from it."""
+
+    world_size: int
+    rank_of: dict[str, int]
+    kind_of: dict[str, str]
+    policies: list[str]
+    ps_of_policy: dict[str, str]
+    policies_of_learner: dict[str, list[str]]
+    learners_of_policy: dict[str, list[str]]
+    notes: list[str] = field(default_factory=list)
+
+    def names(self, kind: str) -> list[str]:
+        return [name for name, k in self.kind_of.items() if k == kind]
+
+    def roles_on(self, rank: int) -> list[str]:
+        return [name for name, r in self.rank_of.items() if r == rank]
+
+    def group_color(self, rank: int) -> int | None:
+        """Index of the multi-learner group hosted on `rank`, for the learner sub-communicator."""
+        groups = [tuple(v) for v in self.learners_of_policy.values() if len(v) > 1]
+        for color, group in enumerate(sorted(set(groups))):
+            if any(self.rank_of[name] == rank for name in group):
+                return color
+        return None
+
+    def format(self) -> str:
+        lines = [f"hpcmarl: topology for {self.world_size} rank(s)"]
+        for rank in range(self.world_size):
+            lines.append(f"  rank {rank:>3}: {', '.join(self.roles_on(rank)) or '(idle)'}")
+        for policy in self.policies:
+            learners = ", ".join(self.learners_of_policy[policy])
+            lines.append(f"  policy {policy}: weights on {self.ps_of_policy[policy]}, "
+                         f"trained by {learners}")
+        lines.append("  routes: collectors -> every replay shard (batches, round robin), "
+                     "learners <- every replay shard (samples), learners -> param servers, "
+                     "collectors <- param servers, every role -> commander")
+        lines.append("  messages:\n" + format_table())
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+def role_counts(cfg: TopologyConfig) -> dict[str, int]:
+    return {"commander": 1, "param_server": cfg.param_servers, "replay_shard": cfg.replay_shards,
+            "learner": cfg.learners, "collector": cfg.collectors}
+
+
+def build_topology(world_size: int, cfg: TopologyConfig, policies: list[str]) -> Topology:
+    """Place the roles of a job on `world_size` ranks; refuse what cannot be placed."""
+    counts = role_counts(cfg)
+    needed = sum(counts.values())
+    notes: list[str] = []
+    if world_size < needed and not cfg.colocate:
+        raise TopologyError(
+            f"the job needs {needed} ranks ({_describe(counts)}) but the world has {world_size}",
+            f"run with `mpirun -n {needed}`, set topology.colocate=true, or lower the role "
+            f"counts (e.g. topology.collectors={max(1, cfg.collectors - (needed - world_size))})",
+        )
+    if world_size < cfg.learners:
+        notes.append(f"{cfg.learners} learners requested, {world_size} placed: data-parallel "
+                     "learners need a rank each")
+        counts["learner"] = world_size
+    if world_size >= needed:
+        rank_of, kind_of = _one_per_rank(counts)
+        if world_size > needed:
+            notes.append(f"ranks {needed}..{world_size - 1} host no role; raise "
+                         "topology.collectors to use them")
+    else:
+        rank_of, kind_of = _colocate(counts, world_size)
+    learners = [n for n, k in kind_of.items() if k == "learner"]
+    servers = [n for n, k in kind_of.items() if k == "param_server"]
+    ps_of_policy = {p: servers[i % len(servers)] for i, p in enumerate(policies)}
+    by_learner, by_policy = _assign_learners(learners, policies)
+    return Topology(world_size, rank_of, kind_of, policies, ps_of_policy, by_learner,
+                    by_policy, notes)
+
+
+def _describe(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in counts.items())
+
+
+def _role_names(counts: dict[str, int]) -> list[tuple[str, str]]:
+    named = [("commander", "commander")]
+    for kind in ("param_server", "replay_shard", "learner", "collector"):
+        named += [(f"{ROLE_PREFIX[kind]}{i}", kind) for i in range(counts[kind])]
+    return named
+
+
+def _one_per_rank(counts: dict[str, int]) -> tuple[dict[str, int], dict[str, str]]:
+    named = _role_names(counts)
+    return {name: rank for rank, (name, _) in enumerate(named)}, dict(named)
+
+
+def _colocate(counts: dict[str, int], world_size: int) -> tuple[dict[str, int], dict[str, str]]:
+    """Greedy least-loaded placement; learners first so that each gets a rank of its own."""
+    named = _role_names(counts)
+    load = [0.0] * world_size
+    rank_of = {"commander": 0}
+    load[0] = ROLE_COST["commander"]
+    order = ("learner", "collector", "replay_shard", "param_server")
+    for kind in order:
+        for name, k in named:
+            if k == kind:
+                rank = min(range(world_size), key=lambda r: (load[r], r))
+                rank_of[name] = rank
+                load[rank] += ROLE_COST[kind]
+    kind_of = dict(named)
+    return {name: rank_of[name] for name, _ in named}, kind_of
+
+
+def _assign_learners(
+    learners: list[str], policies: list[str]
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Learners >= policies: each policy gets a data-parallel group; else learners share out
+    the policies."""
+    by_learner: dict[str, list[str]] = {name: [] for name in learners}
+    by_policy: dict[str, list[str]] = {p: [] for p in policies}
+    if len(learners) >= len(policies):
+        for j, name in enumerate(learners):
+            policy = policies[j % len(policies)]
+            by_learner[name].append(policy)
+            by_policy[policy].append(name)
+    else:
+        for i, policy in enumerate(policies):
+            name = learners[i % len(learners)]
+            by_learner[name].append(policy)
+            by_policy[policy].append(name)
+    return by_learner, by_policy

@@ -1,0 +1,72 @@
+"""Progress lines on stdout and the same rows in `progress.csv` and `metrics.jsonl`.
+
+Batch jobs write stdout to a file, so progress is plain lines, flushed, never carriage-return
+bars. The CSV holds the progress columns only; the JSONL holds every row kind (progress and
+evaluation) with all its fields, for scripts.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import sys
+from typing import Any, TextIO
+
+PROGRESS_COLUMNS = (
+    "time_s", "env_steps", "env_steps_per_s", "updates", "updates_per_s", "episodes",
+    "train_return", "eval_return", "replay_fill", "replay_evicted", "version_lag", "eta_s",
+)
+
+
+class MetricsSink:
+    """Writes rows to the run directory and progress lines to a stream."""
+
+    def __init__(self, run_dir: str, stream: TextIO = sys.stdout) -> None:
+        self.stream = stream
+        os.makedirs(run_dir, exist_ok=True)
+        self._jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a", buffering=1)
+        csv_path = os.path.join(run_dir, "progress.csv")
+        fresh = not os.path.exists(csv_path) or os.path.getsize(csv_path) == 0
+        self._csv_file = open(csv_path, "a", newline="", buffering=1)
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=PROGRESS_COLUMNS)
+        if fresh:
+            self._csv.writeheader()
+
+    def progress(self, row: dict[str, Any]) -> None:
+        self._csv.writerow({k: _plain(row.get(k)) for k in PROGRESS_COLUMNS})
+        self.record("progress", row)
+        self.say(format_progress(row))
+
+    def record(self, kind: str, row: dict[str, Any]) -> None:
+        self._jsonl.write(json.dumps({"kind": kind, **row}, default=_plain) + "\n")
+
+    def say(self, line: str) -> None:
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        self._jsonl.close()
+        self._csv_file.close()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _fmt(value: Any, spec: str, missing: str = "-") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def format_progress(row: dict[str, Any]) -> str:
+    eta = row.get("eta_s")
+    return (
+        f"hpcmarl: {row['time_s']:7.1f}s  steps {row['env_steps']:>9,}"
+        f" ({row['env_steps_per_s']:,.0f}/s)  updates {row['updates']:>7,}"
+        f" ({row['updates_per_s']:,.0f}/s)  train return {_fmt(row.get('train_return'), '.1f')}"
+        f"  eval {_fmt(row.get('eval_return'), '.1f')}  replay {row['replay_fill']:.0%}"
+        f"  lag {_fmt(row.get('version_lag'), 'd')}  eta {_fmt(eta, '.0f')}s"
+    )

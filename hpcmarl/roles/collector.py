@@ -1,0 +1,216 @@
+"""A collector: steps environments with the latest weights and ships fragments to replay.
+
+It works in tasks from the commander: collect `fragments` fragments with the task's epsilon, or
+evaluate greedily for `episodes` episodes. Fragments go round robin to the replay shards that
+have granted credit; without credit the collector stops stepping, which is how a full pipeline
+slows it down. Weights are pulled from the parameter servers with at most one pull in flight
+per policy, and only weights newer than those held come back.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..algos.dqn import QActor
+from ..comm.protocol import Message
+from ..comm.transport import LocalTransport
+from ..core import Batch, Role
+from .acting import act_all
+from .evaluation import Evaluation
+from .fragment import FragmentBuilder
+
+
+class Collector(Role):
+    """Runs one vector environment (all agents) and feeds the replay shards."""
+
+    kind = "collector"
+
+    def __init__(
+        self,
+        name: str,
+        transport: LocalTransport,
+        env: Any,
+        actors: dict[str, QActor],
+        policy_of: dict[str, str],
+        keys: dict[str, str],
+        ps_of_policy: dict[str, str],
+        shards: list[str],
+        fragment_length: int,
+        sync_every: int,
+        seed: int,
+        make_eval_env: Callable[[int], Any],
+    ) -> None:
+        super().__init__(name, transport)
+        self.env, self.actors, self.policy_of = env, actors, policy_of
+        self.keys, self.ps_of_policy, self.shards = keys, ps_of_policy, shards
+        self.sync_every, self.make_eval_env = sync_every, make_eval_env
+        self.rng = np.random.default_rng(seed)
+        obs_dims = {a: env.obs_dim(a) for a in env.agents}
+        self.fragment = FragmentBuilder(env.agents, policy_of, obs_dims, fragment_length,
+                                        env.num_envs)
+        self.versions = {policy: 0 for policy in actors}
+        self.pulling: set[str] = set()
+        self.credits = {shard: 0 for shard in shards}
+        self.next_shard = 0
+        self.outbox: deque[tuple[str, Batch]] = deque()
+        self.task: dict | None = None
+        self.asked = False
+        self.evaluation: Evaluation | None = None
+        self.episodes = EpisodeTracker(env.num_envs, index=int(name.removeprefix("collector")))
+        self.obs = env.reset()
+        self.fragments_sent = 0
+        self.env_steps = 0
+
+    def work(self) -> bool:
+        if self.task is None:
+            return self.ask_for_task()
+        if self.task["kind"] == "eval":
+            return self.evaluate()
+        if self.outbox:
+            return self.ship_fragments()
+        if self.fragments_sent >= self.task["fragments"]:
+            return self.finish_task()
+        self.step_env(self.task["epsilon"])
+        return True
+
+    def ask_for_task(self) -> bool:
+        if self.asked:
+            return False
+        self.asked = True
+        self.send("task_request", "commander")
+        return True
+
+    def handle_task(self, msg: Message) -> None:
+        self.task, self.asked, self.fragments_sent = msg.meta, False, 0
+        self.episodes.start_task()
+        if self.task["kind"] == "eval":
+            self.pull_weights()
+            self.evaluation = Evaluation(self.make_eval_env(self.task["episodes"]), self.actors,
+                                         self.policy_of)
+
+    def handle_credit(self, msg: Message) -> None:
+        self.credits[msg.src] += msg.meta["n"]
+
+    def handle_weights(self, msg: Message) -> None:
+        assert msg.arrays is not None
+        policy = self.policy_of_key(msg.meta["key"])
+        self.actors[policy].set_weights(msg.arrays["weights"])
+        self.versions[policy] = msg.meta["version"]
+        self.pulling.discard(policy)
+
+    def handle_not_newer(self, msg: Message) -> None:
+        self.pulling.discard(self.policy_of_key(msg.meta["key"]))
+
+    def handle_stop(self, msg: Message) -> None:
+        self.send("stopped", msg.src, {"role": self.name, "env_steps": self.env_steps})
+        self.finish()
+
+    def policy_of_key(self, key: str) -> str:
+        return key.split("/", 1)[1]
+
+    def step_env(self, epsilon: float) -> None:
+        """One step of every env copy; a full fragment moves to the outbox."""
+        actions = act_all(self.actors, self.policy_of, self.obs, epsilon, self.rng)
+        step = self.env.step(actions)
+        for i, agent in enumerate(self.env.agents):
+            policy = self.policy_of[agent]
+            self.fragment.add(agent, {
+                "observations": self.obs[agent], "actions": actions[agent],
+                "rewards": step.rewards[agent], "next_observations": step.next_observations[agent],
+                "terminations": step.terminations[agent], "truncations": step.truncations[agent],
+                "episode_id": self.episodes.ids, "step": self.episodes.lengths,
+                "policy_version": self.versions[policy],
+            })
+        self.episodes.record(step)
+        self.obs = step.observations
+        self.env_steps += self.env.num_envs
+        if self.fragment.advance():
+            self.outbox.extend(self.fragment.batches().items())
+            self.fragment.reset()
+            self.fragments_sent += 1
+            if self.fragments_sent % self.sync_every == 0:
+                self.pull_weights()
+
+    def ship_fragments(self) -> bool:
+        """Send waiting batches to shards with credit, in round robin; False when none has."""
+        shipped = False
+        while self.outbox:
+            shard = self.shard_with_credit()
+            if shard is None:
+                break
+            policy, batch = self.outbox.popleft()
+            self.credits[shard] -= 1
+            self.send("batch", shard, {"policy": policy}, batch)
+            shipped = True
+        return shipped
+
+    def shard_with_credit(self) -> str | None:
+        for offset in range(len(self.shards)):
+            shard = self.shards[(self.next_shard + offset) % len(self.shards)]
+            if self.credits[shard] > 0:
+                self.next_shard = (self.next_shard + offset + 1) % len(self.shards)
+                return shard
+        return None
+
+    def pull_weights(self) -> None:
+        for policy, key in self.keys.items():
+            if policy not in self.pulling:
+                self.pulling.add(policy)
+                self.send("weights_pull", self.ps_of_policy[policy],
+                          {"key": key, "have_version": self.versions[policy]})
+
+    def evaluate(self) -> bool:
+        """Greedy episodes on a separate env, after the pulls asked for at task start landed."""
+        assert self.evaluation is not None and self.task is not None
+        if self.pulling:
+            return False
+        if not self.evaluation.step():
+            return True
+        stats = self.evaluation.summary()
+        stats["versions"] = dict(self.versions)
+        self.send("task_done", "commander", {"task_id": self.task["task_id"], "eval": stats})
+        self.task, self.evaluation = None, None
+        return True
+
+    def finish_task(self) -> bool:
+        assert self.task is not None
+        stats = self.episodes.task_summary()
+        stats.update(env_steps=self.task["fragments"] * self.fragment.length * self.env.num_envs,
+                     versions=dict(self.versions))
+        self.send("task_done", "commander", {"task_id": self.task["task_id"], "collect": stats})
+        self.task = None
+        return True
+
+
+class EpisodeTracker:
+    """Episode ids, lengths and returns of each env copy; finished episodes since task start."""
+
+    def __init__(self, num_envs: int, index: int) -> None:
+        self.base = index * 10**9
+        self.count = num_envs
+        self.ids = self.base + np.arange(num_envs, dtype=np.int64)
+        self.lengths = np.zeros(num_envs, np.int32)
+        self.returns = np.zeros(num_envs, np.float64)
+        self.finished_returns: list[float] = []
+        self.finished_lengths: list[int] = []
+
+    def start_task(self) -> None:
+        self.finished_returns, self.finished_lengths = [], []
+
+    def record(self, step: Any) -> None:
+        self.returns += sum(step.rewards.values())
+        self.lengths += 1
+        for i in np.flatnonzero(step.episode_ended):
+            self.finished_returns.append(float(self.returns[i]))
+            self.finished_lengths.append(int(self.lengths[i]))
+            self.returns[i], self.lengths[i] = 0.0, 0
+            self.ids[i] = self.base + self.count
+            self.count += 1
+
+    def task_summary(self) -> dict:
+        return {"episode_returns": self.finished_returns,
+                "episode_lengths": self.finished_lengths}

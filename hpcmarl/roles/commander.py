@@ -1,0 +1,227 @@
+"""The commander (rank 0): hands out work, evaluates, decides when to stop, shuts down in order.
+
+Collectors and learners ask for tasks; the commander grants them while task space is left
+(DI-engine's SoloCommander). Every `eval_interval_s` the next collector task is a greedy
+evaluation; its mean return against `stop_value`, the step budget, the wall-time limit or an
+interrupt ends the run. Shutdown goes in phases so that nobody waits for a message that cannot
+come: collectors stop and shards serve freely (draining) until running learner tasks end; then
+learners, parameter servers and shards stop and acknowledge.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from ..comm.protocol import Message
+from ..comm.transport import LocalTransport
+from ..config.schema import JobConfig
+from ..core import Role
+from ..launch import signals
+from ..launch.topology import Topology
+from ..metrics import MetricsSink
+from .run_stats import RunStats
+from .task_space import TaskSpace, linear_epsilon, new_task_id
+
+
+class Commander(Role):
+    """Schedules collector and learner tasks and owns the stop condition."""
+
+    kind = "commander"
+
+    def __init__(self, transport: LocalTransport, cfg: JobConfig, topology: Topology,
+                 sink: MetricsSink) -> None:
+        super().__init__("commander", transport)
+        self.cfg, self.topology, self.sink = cfg, topology, sink
+        self.collectors = topology.names("collector")
+        self.learners = topology.names("learner")
+        space = cfg.commander.collector_task_space or len(self.collectors)
+        self.collector_space = TaskSpace(space)
+        self.learner_space = TaskSpace(len(self.learners))
+        self.waiting_collectors: deque[str] = deque()
+        self.waiting_learners: set[str] = set()
+        self.running: dict[str, str] = {}
+        self.stats = RunStats(cfg.commander.max_env_steps)
+        self.last_eval = time.monotonic()
+        self.eval_running = False
+        self.last_progress = time.monotonic()
+        self.phase = "running"
+        self.stop_reason = ""
+        self.exit_code = 0
+        self.awaiting_ack: set[str] = set()
+        self.phase_started = time.monotonic()
+
+    # -- the loop -------------------------------------------------------------------------
+    def work(self) -> bool:
+        progressed = False
+        if self.phase == "running":
+            self.check_stop_conditions()
+            progressed = self.grant_collector_tasks()
+            progressed = self.grant_learner_tasks() or progressed
+        if self.phase == "draining" and self.drained():
+            self.stop_roles(self.learners + self.topology.names("param_server")
+                            + self.topology.names("replay_shard"), next_phase="stopping")
+        if self.phase == "stopping" and not self.awaiting_ack:
+            self.conclude()
+            return True
+        self.check_shutdown_timeout()
+        return self.report_progress() or progressed
+
+    # -- messages -------------------------------------------------------------------------
+    def handle_task_request(self, msg: Message) -> None:
+        if self.topology.kind_of[msg.src] == "collector":
+            self.waiting_collectors.append(msg.src)
+        else:
+            self.waiting_learners.add(msg.src)
+
+    def handle_task_done(self, msg: Message) -> None:
+        role = self.running.pop(msg.meta["task_id"], msg.src)
+        if self.topology.kind_of[role] == "collector":
+            self.collector_space.release()
+            if "eval" in msg.meta:
+                self.on_eval(msg.meta["eval"])
+            else:
+                self.stats.on_collect(msg.meta["collect"])
+        else:
+            self.learner_space.release()
+            self.stats.on_learn(msg.meta["stats"])
+
+    def handle_task_failed(self, msg: Message) -> None:
+        """notify_fail: the task's space is released and the failure recorded."""
+        role = self.running.pop(msg.meta["task_id"], msg.src)
+        space = self.collector_space if self.topology.kind_of[role] == "collector" else None
+        (space or self.learner_space).release()
+        self.sink.record("task_failed", {"role": role, **msg.meta})
+
+    def handle_stats(self, msg: Message) -> None:
+        self.stats.on_role_stats(msg.meta)
+
+    def handle_stopped(self, msg: Message) -> None:
+        self.awaiting_ack.discard(msg.src)
+        for task_id, role in list(self.running.items()):
+            if role == msg.src and self.topology.kind_of[role] == "collector":
+                del self.running[task_id]
+
+    # -- scheduling -----------------------------------------------------------------------
+    def grant_collector_tasks(self) -> bool:
+        granted = False
+        while self.waiting_collectors and self.collector_space.acquire():
+            collector = self.waiting_collectors.popleft()
+            self.send("task", collector, self.next_collector_task(collector))
+            granted = True
+        return granted
+
+    def next_collector_task(self, collector: str) -> dict:
+        c = self.cfg.commander
+        due = time.monotonic() - self.last_eval >= c.eval_interval_s
+        if due and not self.eval_running and self.stats.total_updates() > 0:
+            self.eval_running, self.last_eval = True, time.monotonic()
+            task = {"task_id": new_task_id("eval"), "kind": "eval", "episodes": c.eval_episodes}
+        else:
+            col = self.cfg.collector
+            eps = linear_epsilon(self.stats.env_steps, col.eps_start, col.eps_end,
+                                 col.eps_decay_steps)
+            task = {"task_id": new_task_id("collector"), "kind": "collect",
+                    "fragments": col.fragments_per_task, "epsilon": eps}
+        self.running[task["task_id"]] = collector
+        return task
+
+    def grant_learner_tasks(self) -> bool:
+        """Learners of one policy start their tasks together, or not at all (lockstep)."""
+        granted = False
+        for group in self.learner_groups():
+            if not set(group) <= self.waiting_learners or not self.replay_ready(group):
+                continue
+            task_id = new_task_id("learner")
+            for learner in group:
+                self.learner_space.acquire()
+                self.waiting_learners.discard(learner)
+                self.running[f"{task_id}/{learner}"] = learner
+                self.send("task", learner, {"task_id": f"{task_id}/{learner}",
+                                            "updates": self.cfg.learner.updates_per_task})
+            granted = True
+        return granted
+
+    def learner_groups(self) -> list[list[str]]:
+        groups = {tuple(sorted(m)) for m in self.topology.learners_of_policy.values()}
+        return [list(g) for g in sorted(groups)]
+
+    def replay_ready(self, group: list[str]) -> bool:
+        policies = {p for learner in group for p in self.topology.policies_of_learner[learner]}
+        starts = max(1, self.cfg.replay.learning_starts)
+        return all(self.stats.replay_size(p) >= starts for p in policies)
+
+    def increase_collector_task_space(self, n: int = 1) -> None:
+        """Resume paused collectors."""
+        self.collector_space.increase(n)
+
+    def decrease_collector_task_space(self, n: int = 1) -> None:
+        """Pause collectors: running tasks finish, their next requests wait."""
+        self.collector_space.decrease(n)
+
+    # -- evaluation and stopping ----------------------------------------------------------
+    def on_eval(self, result: dict) -> None:
+        self.eval_running = False
+        value = result["return_mean"]
+        self.stats.eval_returns.append(value)
+        row = {"time_s": round(self.stats.elapsed(), 2), "env_steps": self.stats.env_steps,
+               "updates": self.stats.total_updates(), **result}
+        self.sink.record("eval", row)
+        self.sink.say(f"hpcmarl: eval return {value:.1f} +- {result['return_std']:.1f} over "
+                      f"{result['episodes']} episodes at {self.stats.env_steps:,} env steps")
+        target = self.cfg.commander.stop_value
+        if target is not None and value >= target and self.phase == "running":
+            self.begin_stop(f"stop_value reached (eval return {value:.1f} >= {target:g})")
+
+    def check_stop_conditions(self) -> None:
+        c = self.cfg.commander
+        if self.stats.env_steps >= c.max_env_steps:
+            self.begin_stop("step budget reached")
+        elif c.max_wall_time_s and self.stats.elapsed() >= c.max_wall_time_s:
+            self.begin_stop("wall-time limit reached")
+        elif signals.requested():
+            self.begin_stop(f"interrupted by {signals.requested()}", exit_code=3)
+
+    def begin_stop(self, reason: str, exit_code: int = 0) -> None:
+        self.stop_reason, self.exit_code = reason, exit_code
+        for shard in self.topology.names("replay_shard"):
+            self.send("relax", shard)
+        self.stop_roles(self.collectors, next_phase="draining")
+
+    def stop_roles(self, roles: list[str], next_phase: str) -> None:
+        for role in roles:
+            self.send("stop", role, {"reason": self.stop_reason})
+        self.awaiting_ack |= set(roles)
+        self.phase, self.phase_started = next_phase, time.monotonic()
+
+    def drained(self) -> bool:
+        """Collectors acknowledged and no learner is inside a task."""
+        collectors_left = self.awaiting_ack & set(self.collectors)
+        learners_busy = any(self.topology.kind_of[r] == "learner" for r in self.running.values())
+        return not collectors_left and not learners_busy
+
+    def check_shutdown_timeout(self) -> None:
+        if self.phase == "running":
+            return
+        if time.monotonic() - self.phase_started > self.cfg.runtime.shutdown_timeout_s:
+            silent = sorted(self.awaiting_ack | set(self.running.values()))
+            ranks = ", ".join(f"{r} (rank {self.topology.rank_of[r]})" for r in silent)
+            raise RuntimeError(f"shutdown timed out in phase {self.phase}; silent: {ranks}")
+
+    def conclude(self) -> None:
+        self.report_progress(force=True)
+        line = (f"hpcmarl: finished: {self.stop_reason} after {self.stats.env_steps} env steps, "
+                f"{self.stats.elapsed():.1f} s")
+        self.sink.record("finished", {"reason": self.stop_reason,
+                                      "env_steps": self.stats.env_steps,
+                                      "time_s": round(self.stats.elapsed(), 2)})
+        self.sink.say(line)
+        self.finish()
+
+    def report_progress(self, force: bool = False) -> bool:
+        now = time.monotonic()
+        if not force and now - self.last_progress < self.cfg.commander.progress_interval_s:
+            return False
+        self.last_progress = now
+        self.sink.progress(self.stats.progress_row())
+        return True

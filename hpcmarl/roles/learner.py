@@ -1,0 +1,181 @@
+"""A learner: trains its policies on batches sampled from every replay shard.
+
+The learner works in tasks granted by the commander: a task is `updates_per_task` updates of
+each of its policies. Learners of one policy get their tasks together and average gradients
+with a nonblocking allreduce, so they take the same number of steps and never wait inside a
+collective for a learner that has no batch: a batch is in hand before the collective starts.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..algos.dqn import DQN
+from ..comm.allreduce import Handle, SoloAverager
+from ..comm.protocol import Message
+from ..comm.transport import LocalTransport
+from ..config.schema import LearnerConfig
+from ..core import Role
+
+TRAIN_COLUMNS = ("observations", "actions", "rewards", "next_observations", "terminations",
+                 "truncations")
+
+
+@dataclass
+class PolicyTrainer:
+    """What a learner holds for one policy: the algorithm, its batches and its collective."""
+
+    policy: str
+    key: str
+    algo: DQN
+    averager: SoloAverager
+    pushes_weights: bool
+    samples: deque = field(default_factory=deque)
+    awaiting: set = field(default_factory=set)
+    handle: Handle | None = None
+    in_flight: Message | None = None
+    td_errors: np.ndarray | None = None
+    remaining: int = 0
+    pushes: int = 0
+    stats: list = field(default_factory=list)
+
+
+class Learner(Role):
+    """Samples, computes gradients, averages them with its group, applies them, pushes weights."""
+
+    kind = "learner"
+
+    def __init__(
+        self,
+        name: str,
+        transport: LocalTransport,
+        cfg: LearnerConfig,
+        trainers: list[PolicyTrainer],
+        shards: list[str],
+        ps_of_policy: dict[str, str],
+        prioritized: bool,
+    ) -> None:
+        super().__init__(name, transport)
+        self.cfg = cfg
+        self.trainers = {t.policy: t for t in trainers}
+        self.shards = shards
+        self.ps_of_policy = ps_of_policy
+        self.prioritized = prioritized
+        self.task: dict | None = None
+        self.asked = False
+        self.started = False
+
+    def work(self) -> bool:
+        if not self.started:
+            self.started = True
+            for trainer in self.trainers.values():
+                self.push_weights(trainer)
+            return True
+        if self.task is None:
+            return self.ask_for_task()
+        progressed = False
+        for trainer in self.trainers.values():
+            self.request_samples(trainer)
+            progressed = self.train_step(trainer) or progressed
+        if all(t.remaining == 0 and t.handle is None for t in self.trainers.values()):
+            self.finish_task()
+            progressed = True
+        return progressed
+
+    def ask_for_task(self) -> bool:
+        if self.asked:
+            return False
+        self.asked = True
+        self.send("task_request", "commander")
+        return True
+
+    def handle_task(self, msg: Message) -> None:
+        self.task, self.asked = msg.meta, False
+        for trainer in self.trainers.values():
+            trainer.remaining = msg.meta["updates"]
+            trainer.stats = []
+
+    def handle_sample(self, msg: Message) -> None:
+        trainer = self.trainers[msg.meta["policy"]]
+        trainer.awaiting.discard(msg.src)
+        trainer.samples.append(msg)
+
+    def handle_stop(self, msg: Message) -> None:
+        self.send("stopped", msg.src, {"role": self.name, "updates": self.updates()})
+        self.finish()
+
+    def request_samples(self, trainer: PolicyTrainer) -> None:
+        """Keep one request in flight per shard while this task still needs batches."""
+        wanted = trainer.remaining - len(trainer.samples) - (trainer.handle is not None)
+        for shard in self.shards:
+            if wanted <= len(trainer.awaiting):
+                return
+            if shard not in trainer.awaiting:
+                trainer.awaiting.add(shard)
+                self.send("sample_request", shard,
+                          {"policy": trainer.policy, "n": self.cfg.batch_size})
+
+    def train_step(self, trainer: PolicyTrainer) -> bool:
+        """Either finish the update whose average is in flight, or start the next one."""
+        if trainer.handle is not None:
+            if not trainer.averager.ready(trainer.handle):
+                return False
+            self.apply_update(trainer)
+            return True
+        if trainer.remaining == 0 or not trainer.samples:
+            return False
+        msg = trainer.samples.popleft()
+        assert msg.arrays is not None
+        batch = {c: msg.arrays[c] for c in TRAIN_COLUMNS}
+        weights = msg.arrays["weights"] if self.prioritized else None
+        grad, stats, td = trainer.algo.compute_gradients(batch, weights)
+        trainer.handle = trainer.averager.start(grad)
+        trainer.in_flight, trainer.td_errors = msg, td
+        trainer.stats.append(stats)
+        return True
+
+    def apply_update(self, trainer: PolicyTrainer) -> None:
+        assert trainer.handle is not None and trainer.in_flight is not None
+        trainer.algo.apply_gradients(trainer.averager.result(trainer.handle))
+        trainer.handle, trainer.remaining = None, trainer.remaining - 1
+        if self.prioritized:
+            self.send_priorities(trainer, trainer.in_flight)
+        trainer.in_flight = None
+        if trainer.algo.updates % self.cfg.push_interval == 0:
+            self.push_weights(trainer)
+
+    def send_priorities(self, trainer: PolicyTrainer, msg: Message) -> None:
+        assert msg.arrays is not None and trainer.td_errors is not None
+        arrays = {"indices": msg.arrays["indices"], "insert_ids": msg.arrays["insert_ids"],
+                  "td": np.abs(trainer.td_errors).astype(np.float32)}
+        self.send("priorities", msg.src, {"policy": trainer.policy}, arrays)
+
+    def push_weights(self, trainer: PolicyTrainer) -> None:
+        if not trainer.pushes_weights:
+            return
+        trainer.pushes += 1
+        self.send("weights_push", self.ps_of_policy[trainer.policy], {"key": trainer.key},
+                  {"weights": trainer.algo.get_weights()})
+
+    def finish_task(self) -> None:
+        assert self.task is not None
+        for trainer in self.trainers.values():
+            self.push_weights(trainer)
+        self.send("task_done", "commander", {"task_id": self.task["task_id"],
+                                             "stats": self.task_stats()})
+        self.task = None
+
+    def task_stats(self) -> dict:
+        per_policy = {}
+        for policy, trainer in self.trainers.items():
+            rows = trainer.stats
+            mean = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
+            per_policy[policy] = {**mean, "updates": trainer.algo.updates,
+                                  "version": trainer.pushes}
+        return {"role": self.name, "policies": per_policy}
+
+    def updates(self) -> int:
+        return sum(t.algo.updates for t in self.trainers.values())

@@ -1,0 +1,82 @@
+"""The parameter server: versioned weight tables keyed `{strategy_spec_id}/{policy_id}`.
+
+Learners push a whole flat weight vector; every push bumps the table's version. Collectors pull
+with the version they hold and get weights only when the table is newer, so an idle policy
+costs one small reply, not a weight transfer.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..comm.protocol import Message
+from ..comm.transport import LocalTransport
+from ..core import Role
+
+
+class WeightTable:
+    """One policy's latest weights and their version (0: nothing pushed yet)."""
+
+    def __init__(self) -> None:
+        self.weights: np.ndarray | None = None
+        self.version = 0
+
+    def set_weights(self, weights: np.ndarray) -> int:
+        # The new array replaces the old one, never overwrites it: a send of the old one may
+        # still be reading it.
+        self.weights = weights
+        self.version += 1
+        return self.version
+
+    def get_weights(self, have_version: int) -> tuple[np.ndarray | None, int]:
+        """Weights newer than `have_version`, or None when the caller is up to date."""
+        if self.weights is None or self.version <= have_version:
+            return None, self.version
+        return self.weights, self.version
+
+
+class ParameterServer(Role):
+    """Holds the weight tables of the policies the topology assigned to it."""
+
+    kind = "param_server"
+    stats_interval_s = 1.0
+
+    def __init__(self, name: str, transport: LocalTransport, keys: list[str]) -> None:
+        super().__init__(name, transport)
+        self.tables = {key: WeightTable() for key in keys}
+        self.pushes = 0
+        self.pulls = 0
+        self._last_stats = 0.0
+
+    def handle_weights_push(self, msg: Message) -> None:
+        assert msg.arrays is not None
+        self.tables[msg.meta["key"]].set_weights(msg.arrays["weights"])
+        self.pushes += 1
+
+    def handle_weights_pull(self, msg: Message) -> None:
+        key = msg.meta["key"]
+        weights, version = self.tables[key].get_weights(msg.meta["have_version"])
+        self.pulls += 1
+        if weights is None:
+            self.send("not_newer", msg.src, {"key": key, "version": version})
+        else:
+            self.send("weights", msg.src, {"key": key, "version": version}, {"weights": weights})
+
+    def handle_stop(self, msg: Message) -> None:
+        self.send("stopped", msg.src, self.counters())
+        self.finish()
+
+    def work(self) -> bool:
+        now = time.monotonic()
+        if now - self._last_stats < self.stats_interval_s:
+            return False
+        self._last_stats = now
+        self.send("stats", "commander", self.counters())
+        return True
+
+    def counters(self) -> dict:
+        versions = {key: table.version for key, table in self.tables.items()}
+        return {"role": self.name, "versions": versions, "pushes": self.pushes,
+                "pulls": self.pulls}

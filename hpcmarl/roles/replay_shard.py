@@ -1,0 +1,132 @@
+"""A replay shard: one replay table per policy, fed by collectors, drained by learners.
+
+Producer flow is credit based: every collector starts with `insert_credits` batches it may have
+in flight here, and gets a credit back only once its batch is inserted. The samples-per-insert
+limiter holds batches back when collectors run ahead of learners, so back-pressure reaches the
+collectors through withheld credits and nothing queues without bound. Consumer flow: a learner
+asks for one batch at a time; the request waits here until the limiter allows a sample.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from ..comm.protocol import Message
+from ..comm.transport import LocalTransport
+from ..config.schema import ReplayConfig
+from ..core import Role
+from ..replay.rate_limiters import SampleToInsertRatio
+from ..replay.table import ReplayTable
+
+
+class ReplayShard(Role):
+    """Holds replay tables and serves inserts and samples under a rate limiter."""
+
+    kind = "replay_shard"
+    stats_interval_s = 1.0
+
+    def __init__(
+        self,
+        name: str,
+        transport: LocalTransport,
+        cfg: ReplayConfig,
+        policies: list[str],
+        collectors: list[str],
+        seed: int,
+    ) -> None:
+        super().__init__(name, transport)
+        self.cfg = cfg
+        self.tables = {
+            p: ReplayTable(cfg.table_capacity, prioritized=cfg.prioritized, alpha=cfg.alpha,
+                           beta=cfg.beta, eps=cfg.eps, seed=seed + i)
+            for i, p in enumerate(policies)
+        }
+        self.limiters = {
+            p: SampleToInsertRatio(cfg.samples_per_insert, cfg.learning_starts, cfg.error_buffer)
+            for p in policies
+        }
+        self.pending_inserts: deque[Message] = deque()
+        self.pending_samples: deque[Message] = deque()
+        self.samples_served = 0
+        self._last_stats = 0.0
+        for collector in collectors:
+            self.send("credit", collector, {"n": cfg.insert_credits})
+
+    def handle_batch(self, msg: Message) -> None:
+        self.pending_inserts.append(msg)
+
+    def handle_sample_request(self, msg: Message) -> None:
+        self.pending_samples.append(msg)
+
+    def handle_priorities(self, msg: Message) -> None:
+        assert msg.arrays is not None
+        a = msg.arrays
+        self.tables[msg.meta["policy"]].update_priorities(a["indices"], a["insert_ids"], a["td"])
+
+    def handle_relax(self, msg: Message) -> None:
+        for limiter in self.limiters.values():
+            limiter.relax()
+
+    def handle_stop(self, msg: Message) -> None:
+        self.send("stopped", msg.src, self.counters())
+        self.finish()
+
+    def work(self) -> bool:
+        progressed = self.insert_allowed_batches()
+        progressed = self.serve_allowed_samples() or progressed
+        return self.report_stats() or progressed
+
+    def insert_allowed_batches(self) -> bool:
+        """Insert waiting batches in arrival order while their table's limiter allows it."""
+        inserted = 0
+        for _ in range(len(self.pending_inserts)):
+            msg = self.pending_inserts.popleft()
+            policy = msg.meta["policy"]
+            if not self.limiters[policy].can_insert():
+                self.pending_inserts.append(msg)
+                continue
+            assert msg.arrays is not None
+            self.tables[policy].insert(msg.arrays)
+            self.limiters[policy].on_insert(len(msg.arrays["rewards"]))
+            self.send("credit", msg.src, {"n": 1})
+            inserted += 1
+        return inserted > 0
+
+    def serve_allowed_samples(self) -> bool:
+        served = 0
+        for _ in range(len(self.pending_samples)):
+            msg = self.pending_samples.popleft()
+            policy, n = msg.meta["policy"], msg.meta["n"]
+            table = self.tables[policy]
+            if table.size == 0 or not self.limiters[policy].can_sample(table.size):
+                self.pending_samples.append(msg)
+                continue
+            columns, info = table.sample(n)
+            self.limiters[policy].on_sample(n)
+            columns["indices"] = info.indices
+            columns["insert_ids"] = info.insert_ids
+            columns["weights"] = info.weights
+            self.send("sample", msg.src, {"policy": policy}, columns)
+            served += 1
+        self.samples_served += served
+        return served > 0
+
+    def report_stats(self) -> bool:
+        now = time.monotonic()
+        if now - self._last_stats < self.stats_interval_s:
+            return False
+        self._last_stats = now
+        self.send("stats", "commander", self.counters())
+        return True
+
+    def counters(self) -> dict:
+        return {
+            "role": self.name,
+            "sizes": {p: int(t.size) for p, t in self.tables.items()},
+            "capacity": int(self.cfg.table_capacity),
+            "inserted": {p: int(t.total_inserted) for p, t in self.tables.items()},
+            "evicted": {p: int(t.evicted) for p, t in self.tables.items()},
+            "pending_inserts": len(self.pending_inserts),
+            "samples_served": self.samples_served,
+        }

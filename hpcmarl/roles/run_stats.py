@@ -1,0 +1,86 @@
+"""What the commander knows about the run: counters folded from every role's reports."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+
+class RunStats:
+    """Env steps, episodes, updates, replay fill, versions and evaluations, as reported."""
+
+    def __init__(self, max_env_steps: int) -> None:
+        self.start = time.monotonic()
+        self.max_env_steps = max_env_steps
+        self.env_steps = 0
+        self.episodes = 0
+        self.recent_returns: deque[float] = deque(maxlen=100)
+        self.updates: dict[str, int] = {}
+        self.versions: dict[str, int] = {}
+        self.collector_versions: dict[str, int] = {}
+        self.replay: dict[str, dict[str, Any]] = {}
+        self.eval_returns: list[float] = []
+        self._last = (self.start, 0, 0)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def on_collect(self, stats: dict[str, Any]) -> None:
+        self.env_steps += stats["env_steps"]
+        self.episodes += len(stats["episode_returns"])
+        self.recent_returns.extend(stats["episode_returns"])
+        for policy, version in stats["versions"].items():
+            self.collector_versions[policy] = version
+
+    def on_learn(self, stats: dict[str, Any]) -> None:
+        for policy, row in stats["policies"].items():
+            self.updates[f"{stats['role']}/{policy}"] = int(row["updates"])
+
+    def on_role_stats(self, stats: dict[str, Any]) -> None:
+        if "versions" in stats:
+            for key, version in stats["versions"].items():
+                self.versions[key.split("/", 1)[1]] = version
+        if "sizes" in stats:
+            self.replay[stats["role"]] = stats
+
+    def total_updates(self) -> int:
+        return sum(self.updates.values())
+
+    def replay_size(self, policy: str) -> int:
+        """Items of `policy` on the fullest shard (what a learner can be served from)."""
+        return max((s["sizes"].get(policy, 0) for s in self.replay.values()), default=0)
+
+    def replay_fill(self) -> float:
+        held = sum(sum(s["sizes"].values()) for s in self.replay.values())
+        room = sum(s["capacity"] * len(s["sizes"]) for s in self.replay.values())
+        return held / room if room else 0.0
+
+    def replay_evicted(self) -> int:
+        return sum(sum(s["evicted"].values()) for s in self.replay.values())
+
+    def version_lag(self) -> int | None:
+        lags = [v - self.collector_versions.get(p, 0) for p, v in self.versions.items()]
+        return max(lags) if lags else None
+
+    def progress_row(self) -> dict[str, Any]:
+        now, updates = time.monotonic(), self.total_updates()
+        then, steps_then, updates_then = self._last
+        dt = max(now - then, 1e-9)
+        self._last = (now, self.env_steps, updates)
+        steps_per_s = (self.env_steps - steps_then) / dt
+        left = self.max_env_steps - self.env_steps
+        return {
+            "time_s": round(now - self.start, 2), "env_steps": self.env_steps,
+            "env_steps_per_s": round(steps_per_s, 1), "updates": updates,
+            "updates_per_s": round((updates - updates_then) / dt, 1), "episodes": self.episodes,
+            "train_return": _mean(self.recent_returns),
+            "eval_return": self.eval_returns[-1] if self.eval_returns else None,
+            "replay_fill": round(self.replay_fill(), 4), "replay_evicted": self.replay_evicted(),
+            "version_lag": self.version_lag(),
+            "eta_s": round(left / steps_per_s, 1) if steps_per_s > 0 else None,
+        }
+
+
+def _mean(values: deque[float]) -> float | None:
+    return round(sum(values) / len(values), 3) if values else None

@@ -1,0 +1,37 @@
+"""Fault injection for tests: make a chosen role fail on purpose, switched on by environment.
+
+`HPCMARL_FAULT=<role kind or name>:<poll number>[:<action>]` makes that role, on its N-th poll,
+`raise` (the default) a RuntimeError, or `exit` the process at once with code 17. Tests use it
+to prove that any role's failure ends the whole job quickly instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+_spec: tuple[str, int, str] | None | bool = False
+
+
+def _parse() -> tuple[str, int, str] | None:
+    raw = os.environ.get("HPCMARL_FAULT", "")
+    if not raw:
+        return None
+    parts = raw.split(":")
+    action = parts[2] if len(parts) > 2 else "raise"
+    return parts[0], int(parts[1]), action
+
+
+def maybe_inject(role: Any) -> None:
+    """Called before every poll of every role; costs one comparison when no fault is set."""
+    global _spec
+    if _spec is False:
+        _spec = _parse()
+    if _spec is None:
+        return
+    target, at_poll, action = _spec  # type: ignore[misc]
+    if target not in (role.kind, role.name) or role.polls + 1 != at_poll:
+        return
+    if action == "exit":
+        os._exit(17)
+    raise RuntimeError(f"injected fault in {role.name} at poll {at_poll}")
