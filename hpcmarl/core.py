@@ -47,6 +47,9 @@ class Role:
         assert kind in KINDS, f"unknown message kind {kind}"
         self.transport.send(Message(kind, self.name, dst, meta or {}, arrays))
 
+    def start(self) -> None:
+        """Called once every role of the rank exists: the place for first messages."""
+
     def poll(self) -> bool:
         """Handle waiting messages, then do one bounded step of work."""
         self.polls += 1

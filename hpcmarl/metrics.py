@@ -15,8 +15,18 @@ import sys
 from typing import Any, TextIO
 
 PROGRESS_COLUMNS = (
-    "time_s", "env_steps", "env_steps_per_s", "updates", "updates_per_s", "episodes",
-    "train_return", "eval_return", "replay_fill", "replay_evicted", "version_lag", "eta_s",
+    "time_s",
+    "env_steps",
+    "env_steps_per_s",
+    "updates",
+    "updates_per_s",
+    "episodes",
+    "train_return",
+    "eval_return",
+    "replay_fill",
+    "replay_evicted",
+    "version_lag",
+    "eta_s",
 )
 
 

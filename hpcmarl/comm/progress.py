@@ -26,6 +26,19 @@ class Backoff:
         self._next = min(self._next * 2.0, self.max_s)
 
 
+def _testsome() -> Any:
+    """mpi4py's Testsome, imported on first use so that one-process runs never load MPI."""
+    global _TESTSOME
+    if _TESTSOME is None:
+        from mpi4py import MPI
+
+        _TESTSOME = MPI.Request.Testsome
+    return _TESTSOME
+
+
+_TESTSOME: Any = None
+
+
 class RequestPool:
     """Owns outstanding nonblocking sends and the buffers they read from.
 
@@ -48,14 +61,13 @@ class RequestPool:
         """Release every completed request; return how many completed."""
         if not self._requests:
             return 0
-        still_requests, still_keep = [], []
-        for request, keep in zip(self._requests, self._keepalive, strict=True):
-            if not request.Test():
-                still_requests.append(request)
-                still_keep.append(keep)
-        done = len(self._requests) - len(still_requests)
-        self._requests, self._keepalive = still_requests, still_keep
-        return done
+        done = _testsome()(self._requests)
+        if not done:
+            return 0
+        finished = set(done)
+        self._requests = [r for i, r in enumerate(self._requests) if i not in finished]
+        self._keepalive = [k for i, k in enumerate(self._keepalive) if i not in finished]
+        return len(finished)
 
     def drain(self, timeout_s: float, on_idle: Any = None) -> bool:
         """Complete every request within `timeout_s`; `on_idle` keeps receives flowing meanwhile."""

@@ -10,6 +10,7 @@ other, so the receiver posts its `Irecv`s in header order and each lands on the 
 from __future__ import annotations
 
 import os
+import weakref
 from collections import deque
 from typing import Any
 
@@ -33,6 +34,43 @@ def byte_chunks(nbytes: int, limit: int) -> list[tuple[int, int]]:
     if nbytes == 0:
         return []
     return [(start, min(start + limit, nbytes)) for start in range(0, nbytes, limit)]
+
+
+class BufferPool:
+    """Receive buffers kept for reuse, so that a steady stream of equal-sized messages lands in
+    memory that is already mapped instead of faulting fresh pages on every message.
+
+    A role that has copied a received message's arrays elsewhere (a replay insert, weights
+    loaded into a network) recycles them; anything not recycled is simply garbage collected.
+    """
+
+    def __init__(self, max_bytes: int = 256 << 20, per_size: int = 8) -> None:
+        self.free: dict[int, list[np.ndarray]] = {}
+        self.lent: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+        self.held = 0
+        self.max_bytes, self.per_size = max_bytes, per_size
+
+    def take(self, nbytes: int) -> np.ndarray:
+        stack = self.free.get(nbytes)
+        if stack:
+            buf = stack.pop()
+            self.held -= nbytes
+        else:
+            buf = np.empty(nbytes, np.uint8)
+        self.lent[id(buf)] = buf
+        return buf
+
+    def give(self, array: np.ndarray) -> None:
+        root = array
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        if self.lent.get(id(root)) is not root:
+            return
+        del self.lent[id(root)]
+        stack = self.free.setdefault(root.nbytes, [])
+        if len(stack) < self.per_size and self.held + root.nbytes <= self.max_bytes:
+            stack.append(root)
+            self.held += root.nbytes
 
 
 class LocalTransport:
@@ -64,6 +102,9 @@ class LocalTransport:
 
     def poll(self) -> bool:
         return False
+
+    def recycle(self, arrays: dict[str, np.ndarray] | None) -> None:
+        """Nothing to reuse in memory: local messages hand over the sender's own arrays."""
 
     def outstanding(self) -> int:
         return 0
@@ -97,6 +138,7 @@ class MpiTransport(LocalTransport):
         self.sends = RequestPool()
         self.incoming: dict[int, deque[_Incoming]] = {}
         self.chunk = chunk_bytes()
+        self.buffers = BufferPool()
         self.status = MPI.Status()
 
     def send(self, msg: Message) -> None:
@@ -143,12 +185,18 @@ class MpiTransport(LocalTransport):
         msg.arrays = {}
         requests = []
         for name, dtype, shape in specs:
-            array = np.empty(shape, dtype=np.dtype(dtype))
-            raw = array.reshape(-1).view(np.uint8)
+            dt = np.dtype(dtype)
+            raw = self.buffers.take(int(np.prod(shape, dtype=np.int64)) * dt.itemsize)
             for start, stop in byte_chunks(raw.nbytes, self.chunk):
                 requests.append(self.comm.Irecv(raw[start:stop], source, BULK_TAG))
-            msg.arrays[name] = array
+            msg.arrays[name] = raw.view(dt).reshape(shape)
         return requests
+
+    def recycle(self, arrays: dict[str, np.ndarray] | None) -> None:
+        """Give received arrays back once their contents were copied elsewhere (see BufferPool)."""
+        if arrays:
+            for array in arrays.values():
+                self.buffers.give(array)
 
     def _deliver_completed(self) -> bool:
         """Deliver finished messages, keeping each source's order."""

@@ -47,7 +47,7 @@ class LearnerConfig:
     """Discount factor."""
     batch_size: int = 64
     """Transitions per sampled batch, per learner."""
-    hidden_sizes: list[int] = field(default_factory=lambda: [128, 128])
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
     """Hidden layer widths of the Q-network MLP."""
     double_q: bool = True
     """Use double Q-learning targets (online net picks the action, target net scores it)."""
@@ -55,7 +55,7 @@ class LearnerConfig:
     """Huber loss threshold on the TD error."""
     grad_clip: float = 10.0
     """Global gradient-norm clip; 0 disables it."""
-    target_network_update_freq: int = 250
+    target_network_update_freq: int = 100
     """Learner updates between hard copies of the online network into the target network."""
     push_interval: int = 10
     """Learner updates between weight pushes to the parameter server."""
@@ -81,7 +81,7 @@ class ReplayConfig:
     """Importance-sampling exponent: w_i = (N * P(i))^-beta, normalised by the batch maximum."""
     eps: float = 1e-6
     """Added to |TD error| so that no item gets priority zero."""
-    samples_per_insert: float = 8.0
+    samples_per_insert: float = 64.0
     """Target ratio of sampled to inserted transitions; 0 disables the rate limiter."""
     error_buffer: float = 20_000.0
     """Slack of the samples-per-insert limiter, in transitions, around its target."""
@@ -99,9 +99,9 @@ class CollectorConfig:
     """Fragments in one collector task granted by the commander."""
     eps_start: float = 1.0
     """Initial epsilon of the epsilon-greedy schedule."""
-    eps_end: float = 0.02
+    eps_end: float = 0.04
     """Final epsilon."""
-    eps_decay_steps: int = 20_000
+    eps_decay_steps: int = 8_000
     """Global env steps over which epsilon decays linearly."""
     weight_sync_fragments: int = 1
     """Fragments between checks with the parameter server for newer weights."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..algos import check_fits
 from ..algos.dqn import DQN, QActor
-from ..algos.mapping import check_compatible, policies_of, resolve_mapping
+from ..algos.mapping import check_policy_spaces, policies_of, resolve_mapping
 from ..comm.allreduce import MpiAverager, SoloAverager
 from ..comm.transport import LocalTransport
 from ..config.schema import JobConfig
@@ -52,13 +52,19 @@ def probe_env(cfg: JobConfig) -> EnvSpec:
     policy_of = resolve_mapping(cfg.agents.mapping, env.agents)
     for agent in env.agents:
         check_fits(cfg.learner.algo, env.action_space(agent))
-    check_compatible(env, policy_of)
-    spec = EnvSpec(list(env.agents), {a: env.obs_dim(a) for a in env.agents},
-                   {a: env.n_actions(a) for a in env.agents}, policy_of)
+    check_policy_spaces(
+        policy_of,
+        {a: env.observation_space(a) for a in env.agents},
+        {a: env.action_space(a) for a in env.agents},
+    )
+    spec = EnvSpec(
+        list(env.agents),
+        {a: env.obs_dim(a) for a in env.agents},
+        {a: env.n_actions(a) for a in env.agents},
+        policy_of,
+    )
     assert policies_of(policy_of) == spec.policies
-    close = getattr(env, "close", None)
-    if close is not None:
-        close()
+    env.close()
     return spec
 
 
@@ -81,12 +87,23 @@ def build_roles(
         if kind == "commander":
             roles.append(Commander(transport, cfg, topology, MetricsSink(run_dir)))
         elif kind == "param_server":
-            keys = [policy_key(cfg.agents.strategy_spec_id, p)
-                    for p, ps in topology.ps_of_policy.items() if ps == name]
+            keys = [
+                policy_key(cfg.agents.strategy_spec_id, p)
+                for p, ps in topology.ps_of_policy.items()
+                if ps == name
+            ]
             roles.append(ParameterServer(name, transport, keys))
         elif kind == "replay_shard":
-            roles.append(ReplayShard(name, transport, cfg.replay, spec.policies,
-                                     topology.names("collector"), role_seed(cfg, topology, name)))
+            roles.append(
+                ReplayShard(
+                    name,
+                    transport,
+                    cfg.replay,
+                    spec.policies,
+                    topology.names("collector"),
+                    role_seed(cfg, topology, name),
+                )
+            )
         elif kind == "learner":
             roles.append(build_learner(cfg, spec, topology, transport, group_comm, name))
         else:
@@ -94,8 +111,14 @@ def build_roles(
     return roles
 
 
-def build_learner(cfg: JobConfig, spec: EnvSpec, topology: Topology,
-                  transport: LocalTransport, group_comm: Any, name: str) -> Learner:
+def build_learner(
+    cfg: JobConfig,
+    spec: EnvSpec,
+    topology: Topology,
+    transport: LocalTransport,
+    group_comm: Any,
+    name: str,
+) -> Learner:
     trainers = []
     for policy in topology.policies_of_learner[name]:
         obs_dim, n_actions = spec.policy_dims(policy)
@@ -103,15 +126,29 @@ def build_learner(cfg: JobConfig, spec: EnvSpec, topology: Topology,
         seed = cfg.seed * 7_919 + spec.policies.index(policy)
         group = topology.learners_of_policy[policy]
         averager = MpiAverager(group_comm) if len(group) > 1 else SoloAverager()
-        trainers.append(PolicyTrainer(
-            policy, policy_key(cfg.agents.strategy_spec_id, policy),
-            DQN(obs_dim, n_actions, cfg.learner, seed), averager, pushes_weights=group[0] == name))
-    return Learner(name, transport, cfg.learner, trainers, topology.names("replay_shard"),
-                   topology.ps_of_policy, cfg.replay.prioritized)
+        trainers.append(
+            PolicyTrainer(
+                policy,
+                policy_key(cfg.agents.strategy_spec_id, policy),
+                DQN(obs_dim, n_actions, cfg.learner, seed),
+                averager,
+                pushes_weights=group[0] == name,
+            )
+        )
+    return Learner(
+        name,
+        transport,
+        cfg.learner,
+        trainers,
+        topology.names("replay_shard"),
+        topology.ps_of_policy,
+        cfg.replay.prioritized,
+    )
 
 
-def build_collector(cfg: JobConfig, spec: EnvSpec, topology: Topology,
-                    transport: LocalTransport, name: str) -> Collector:
+def build_collector(
+    cfg: JobConfig, spec: EnvSpec, topology: Topology, transport: LocalTransport, name: str
+) -> Collector:
     seed = role_seed(cfg, topology, name)
     env = make_vector_env(cfg.env, cfg.env.num_envs, seed)
     actors = {p: QActor(*spec.policy_dims(p), cfg.learner.hidden_sizes) for p in spec.policies}
@@ -123,6 +160,17 @@ def build_collector(cfg: JobConfig, spec: EnvSpec, topology: Topology,
         # New start states each evaluation, reproducible from the job seed.
         return make_vector_env(cfg.env, episodes, seed + 500_009 + 1_000 * next(evaluations))
 
-    return Collector(name, transport, env, actors, spec.policy_of, keys, topology.ps_of_policy,
-                     topology.names("replay_shard"), cfg.collector.fragment_length,
-                     cfg.collector.weight_sync_fragments, seed, make_eval_env)
+    return Collector(
+        name,
+        transport,
+        env,
+        actors,
+        spec.policy_of,
+        keys,
+        topology.ps_of_policy,
+        topology.names("replay_shard"),
+        cfg.collector.fragment_length,
+        cfg.collector.weight_sync_fragments,
+        seed,
+        make_eval_env,
+    )

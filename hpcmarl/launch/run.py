@@ -86,7 +86,8 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], world_size: int) -
 
 def prepare_run_dir(cfg: JobConfig) -> str:
     run_dir = cfg.runtime.run_dir or os.path.join(
-        "runs", f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        "runs", f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     os.makedirs(run_dir, exist_ok=True)
     cfg.runtime.run_dir = run_dir
     save_resolved(cfg, os.path.join(run_dir, "config.yaml"))
@@ -106,8 +107,7 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
     try:
         configure_process(plan.cfg)
         transport, group_comm = make_transport(plan.topology, comm)
-        roles = build_roles(plan.cfg, plan.spec, plan.topology, transport, group_comm,
-                            plan.run_dir)
+        roles = build_roles(plan.cfg, plan.spec, plan.topology, transport, group_comm, plan.run_dir)
         if rank == 0:
             print(plan.topology.format(), flush=True)
         poll_until_finished(roles, transport, plan.cfg, current)
@@ -135,10 +135,14 @@ def make_transport(topology: Topology, comm: Any) -> tuple[LocalTransport, Any]:
     return MpiTransport(topology.rank_of, comm), group_comm
 
 
-def poll_until_finished(roles: list[Role], transport: LocalTransport, cfg: JobConfig,
-                        current: list[Role | None]) -> None:
+def poll_until_finished(
+    roles: list[Role], transport: LocalTransport, cfg: JobConfig, current: list[Role | None]
+) -> None:
     """The rank's loop: poll every live role; sleep a little when none made progress."""
     backoff = Backoff(max_s=cfg.runtime.idle_sleep_max_s)
+    for role in roles:
+        current[0] = role
+        role.start()
     while not all(role.finished for role in roles):
         progressed = transport.poll()
         for role in roles:
@@ -168,7 +172,10 @@ def fail_rank(rank: int, role: Role | None, err: BaseException, run_dir: str, co
             traceback.print_exception(err, file=fh)
     except OSError:
         log = "(could not be written)"
-    print(f"hpcmarl: failed: rank {rank} ({where}): {type(err).__name__}: {err} "
-          f"[traceback: {log}]", file=sys.stderr, flush=True)
+    print(
+        f"hpcmarl: failed: rank {rank} ({where}): {type(err).__name__}: {err} [traceback: {log}]",
+        file=sys.stderr,
+        flush=True,
+    )
     if comm is not None:
         comm.Abort(1)

@@ -14,10 +14,20 @@ from ..comm.protocol import format_table
 from ..config.schema import TopologyConfig
 from ..errors import TopologyError
 
-ROLE_COST = {"commander": 0.2, "param_server": 0.2, "replay_shard": 0.4, "learner": 1.0,
-             "collector": 1.0}
-ROLE_PREFIX = {"commander": "commander", "param_server": "ps", "replay_shard": "replay",
-               "learner": "learner", "collector": "collector"}
+ROLE_COST = {
+    "commander": 0.2,
+    "param_server": 0.2,
+    "replay_shard": 0.4,
+    "learner": 1.0,
+    "collector": 1.0,
+}
+ROLE_PREFIX = {
+    "commander": "commander",
+    "param_server": "ps",
+    "replay_shard": "replay",
+    "learner": "learner",
+    "collector": "collector",
+}
 
 
 @dataclass
@@ -53,19 +63,27 @@ class Topology:
             lines.append(f"  rank {rank:>3}: {', '.join(self.roles_on(rank)) or '(idle)'}")
         for policy in self.policies:
             learners = ", ".join(self.learners_of_policy[policy])
-            lines.append(f"  policy {policy}: weights on {self.ps_of_policy[policy]}, "
-                         f"trained by {learners}")
-        lines.append("  routes: collectors -> every replay shard (batches, round robin), "
-                     "learners <- every replay shard (samples), learners -> param servers, "
-                     "collectors <- param servers, every role -> commander")
+            lines.append(
+                f"  policy {policy}: weights on {self.ps_of_policy[policy]}, trained by {learners}"
+            )
+        lines.append(
+            "  routes: collectors -> every replay shard (batches, round robin), "
+            "learners <- every replay shard (samples), learners -> param servers, "
+            "collectors <- param servers, every role -> commander"
+        )
         lines.append("  messages:\n" + format_table())
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
 
 def role_counts(cfg: TopologyConfig) -> dict[str, int]:
-    return {"commander": 1, "param_server": cfg.param_servers, "replay_shard": cfg.replay_shards,
-            "learner": cfg.learners, "collector": cfg.collectors}
+    return {
+        "commander": 1,
+        "param_server": cfg.param_servers,
+        "replay_shard": cfg.replay_shards,
+        "learner": cfg.learners,
+        "collector": cfg.collectors,
+    }
 
 
 def build_topology(world_size: int, cfg: TopologyConfig, policies: list[str]) -> Topology:
@@ -80,22 +98,27 @@ def build_topology(world_size: int, cfg: TopologyConfig, policies: list[str]) ->
             f"counts (e.g. topology.collectors={max(1, cfg.collectors - (needed - world_size))})",
         )
     if world_size < cfg.learners:
-        notes.append(f"{cfg.learners} learners requested, {world_size} placed: data-parallel "
-                     "learners need a rank each")
+        notes.append(
+            f"{cfg.learners} learners requested, {world_size} placed: data-parallel "
+            "learners need a rank each"
+        )
         counts["learner"] = world_size
     if world_size >= needed:
         rank_of, kind_of = _one_per_rank(counts)
         if world_size > needed:
-            notes.append(f"ranks {needed}..{world_size - 1} host no role; raise "
-                         "topology.collectors to use them")
+            notes.append(
+                f"ranks {needed}..{world_size - 1} host no role; raise "
+                "topology.collectors to use them"
+            )
     else:
         rank_of, kind_of = _colocate(counts, world_size)
     learners = [n for n, k in kind_of.items() if k == "learner"]
     servers = [n for n, k in kind_of.items() if k == "param_server"]
     ps_of_policy = {p: servers[i % len(servers)] for i, p in enumerate(policies)}
     by_learner, by_policy = _assign_learners(learners, policies)
-    return Topology(world_size, rank_of, kind_of, policies, ps_of_policy, by_learner,
-                    by_policy, notes)
+    return Topology(
+        world_size, rank_of, kind_of, policies, ps_of_policy, by_learner, by_policy, notes
+    )
 
 
 def _describe(counts: dict[str, int]) -> str:

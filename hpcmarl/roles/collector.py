@@ -50,8 +50,9 @@ class Collector(Role):
         self.sync_every, self.make_eval_env = sync_every, make_eval_env
         self.rng = np.random.default_rng(seed)
         obs_dims = {a: env.obs_dim(a) for a in env.agents}
-        self.fragment = FragmentBuilder(env.agents, policy_of, obs_dims, fragment_length,
-                                        env.num_envs)
+        self.fragment = FragmentBuilder(
+            env.agents, policy_of, obs_dims, fragment_length, env.num_envs
+        )
         self.versions = {policy: 0 for policy in actors}
         self.pulling: set[str] = set()
         self.credits = {shard: 0 for shard in shards}
@@ -89,8 +90,9 @@ class Collector(Role):
         self.episodes.start_task()
         if self.task["kind"] == "eval":
             self.pull_weights()
-            self.evaluation = Evaluation(self.make_eval_env(self.task["episodes"]), self.actors,
-                                         self.policy_of)
+            self.evaluation = Evaluation(
+                self.make_eval_env(self.task["episodes"]), self.actors, self.policy_of
+            )
 
     def handle_credit(self, msg: Message) -> None:
         self.credits[msg.src] += msg.meta["n"]
@@ -116,15 +118,22 @@ class Collector(Role):
         """One step of every env copy; a full fragment moves to the outbox."""
         actions = act_all(self.actors, self.policy_of, self.obs, epsilon, self.rng)
         step = self.env.step(actions)
-        for i, agent in enumerate(self.env.agents):
+        for agent in self.env.agents:
             policy = self.policy_of[agent]
-            self.fragment.add(agent, {
-                "observations": self.obs[agent], "actions": actions[agent],
-                "rewards": step.rewards[agent], "next_observations": step.next_observations[agent],
-                "terminations": step.terminations[agent], "truncations": step.truncations[agent],
-                "episode_id": self.episodes.ids, "step": self.episodes.lengths,
-                "policy_version": self.versions[policy],
-            })
+            self.fragment.add(
+                agent,
+                {
+                    "observations": self.obs[agent],
+                    "actions": actions[agent],
+                    "rewards": step.rewards[agent],
+                    "next_observations": step.next_observations[agent],
+                    "terminations": step.terminations[agent],
+                    "truncations": step.truncations[agent],
+                    "episode_id": self.episodes.ids,
+                    "step": self.episodes.lengths,
+                    "policy_version": self.versions[policy],
+                },
+            )
         self.episodes.record(step)
         self.obs = step.observations
         self.env_steps += self.env.num_envs
@@ -160,8 +169,11 @@ class Collector(Role):
         for policy, key in self.keys.items():
             if policy not in self.pulling:
                 self.pulling.add(policy)
-                self.send("weights_pull", self.ps_of_policy[policy],
-                          {"key": key, "have_version": self.versions[policy]})
+                self.send(
+                    "weights_pull",
+                    self.ps_of_policy[policy],
+                    {"key": key, "have_version": self.versions[policy]},
+                )
 
     def evaluate(self) -> bool:
         """Greedy episodes on a separate env, after the pulls asked for at task start landed."""
@@ -179,8 +191,10 @@ class Collector(Role):
     def finish_task(self) -> bool:
         assert self.task is not None
         stats = self.episodes.task_summary()
-        stats.update(env_steps=self.task["fragments"] * self.fragment.length * self.env.num_envs,
-                     versions=dict(self.versions))
+        stats.update(
+            env_steps=self.task["fragments"] * self.fragment.length * self.env.num_envs,
+            versions=dict(self.versions),
+        )
         self.send("task_done", "commander", {"task_id": self.task["task_id"], "collect": stats})
         self.task = None
         return True
@@ -212,5 +226,4 @@ class EpisodeTracker:
             self.count += 1
 
     def task_summary(self) -> dict:
-        return {"episode_returns": self.finished_returns,
-                "episode_lengths": self.finished_lengths}
+        return {"episode_returns": self.finished_returns, "episode_lengths": self.finished_lengths}

@@ -29,8 +29,9 @@ class Commander(Role):
 
     kind = "commander"
 
-    def __init__(self, transport: LocalTransport, cfg: JobConfig, topology: Topology,
-                 sink: MetricsSink) -> None:
+    def __init__(
+        self, transport: LocalTransport, cfg: JobConfig, topology: Topology, sink: MetricsSink
+    ) -> None:
         super().__init__("commander", transport)
         self.cfg, self.topology, self.sink = cfg, topology, sink
         self.collectors = topology.names("collector")
@@ -59,8 +60,12 @@ class Commander(Role):
             progressed = self.grant_collector_tasks()
             progressed = self.grant_learner_tasks() or progressed
         if self.phase == "draining" and self.drained():
-            self.stop_roles(self.learners + self.topology.names("param_server")
-                            + self.topology.names("replay_shard"), next_phase="stopping")
+            self.stop_roles(
+                self.learners
+                + self.topology.names("param_server")
+                + self.topology.names("replay_shard"),
+                next_phase="stopping",
+            )
         if self.phase == "stopping" and not self.awaiting_ack:
             self.conclude()
             return True
@@ -119,10 +124,15 @@ class Commander(Role):
             task = {"task_id": new_task_id("eval"), "kind": "eval", "episodes": c.eval_episodes}
         else:
             col = self.cfg.collector
-            eps = linear_epsilon(self.stats.env_steps, col.eps_start, col.eps_end,
-                                 col.eps_decay_steps)
-            task = {"task_id": new_task_id("collector"), "kind": "collect",
-                    "fragments": col.fragments_per_task, "epsilon": eps}
+            eps = linear_epsilon(
+                self.stats.env_steps, col.eps_start, col.eps_end, col.eps_decay_steps
+            )
+            task = {
+                "task_id": new_task_id("collector"),
+                "kind": "collect",
+                "fragments": col.fragments_per_task,
+                "epsilon": eps,
+            }
         self.running[task["task_id"]] = collector
         return task
 
@@ -137,8 +147,14 @@ class Commander(Role):
                 self.learner_space.acquire()
                 self.waiting_learners.discard(learner)
                 self.running[f"{task_id}/{learner}"] = learner
-                self.send("task", learner, {"task_id": f"{task_id}/{learner}",
-                                            "updates": self.cfg.learner.updates_per_task})
+                self.send(
+                    "task",
+                    learner,
+                    {
+                        "task_id": f"{task_id}/{learner}",
+                        "updates": self.cfg.learner.updates_per_task,
+                    },
+                )
             granted = True
         return granted
 
@@ -164,11 +180,17 @@ class Commander(Role):
         self.eval_running = False
         value = result["return_mean"]
         self.stats.eval_returns.append(value)
-        row = {"time_s": round(self.stats.elapsed(), 2), "env_steps": self.stats.env_steps,
-               "updates": self.stats.total_updates(), **result}
+        row = {
+            "time_s": round(self.stats.elapsed(), 2),
+            "env_steps": self.stats.env_steps,
+            "updates": self.stats.total_updates(),
+            **result,
+        }
         self.sink.record("eval", row)
-        self.sink.say(f"hpcmarl: eval return {value:.1f} +- {result['return_std']:.1f} over "
-                      f"{result['episodes']} episodes at {self.stats.env_steps:,} env steps")
+        self.sink.say(
+            f"hpcmarl: eval return {value:.1f} +- {result['return_std']:.1f} over "
+            f"{result['episodes']} episodes at {self.stats.env_steps:,} env steps"
+        )
         target = self.cfg.commander.stop_value
         if target is not None and value >= target and self.phase == "running":
             self.begin_stop(f"stop_value reached (eval return {value:.1f} >= {target:g})")
@@ -210,11 +232,18 @@ class Commander(Role):
 
     def conclude(self) -> None:
         self.report_progress(force=True)
-        line = (f"hpcmarl: finished: {self.stop_reason} after {self.stats.env_steps} env steps, "
-                f"{self.stats.elapsed():.1f} s")
-        self.sink.record("finished", {"reason": self.stop_reason,
-                                      "env_steps": self.stats.env_steps,
-                                      "time_s": round(self.stats.elapsed(), 2)})
+        line = (
+            f"hpcmarl: finished: {self.stop_reason} after {self.stats.env_steps} env steps, "
+            f"{self.stats.elapsed():.1f} s"
+        )
+        self.sink.record(
+            "finished",
+            {
+                "reason": self.stop_reason,
+                "env_steps": self.stats.env_steps,
+                "time_s": round(self.stats.elapsed(), 2),
+            },
+        )
         self.sink.say(line)
         self.finish()
 

@@ -20,8 +20,14 @@ from ..comm.transport import LocalTransport
 from ..config.schema import LearnerConfig
 from ..core import Role
 
-TRAIN_COLUMNS = ("observations", "actions", "rewards", "next_observations", "terminations",
-                 "truncations")
+TRAIN_COLUMNS = (
+    "observations",
+    "actions",
+    "rewards",
+    "next_observations",
+    "terminations",
+    "truncations",
+)
 
 
 @dataclass
@@ -115,8 +121,9 @@ class Learner(Role):
                 return
             if shard not in trainer.awaiting:
                 trainer.awaiting.add(shard)
-                self.send("sample_request", shard,
-                          {"policy": trainer.policy, "n": self.cfg.batch_size})
+                self.send(
+                    "sample_request", shard, {"policy": trainer.policy, "n": self.cfg.batch_size}
+                )
 
     def train_step(self, trainer: PolicyTrainer) -> bool:
         """Either finish the update whose average is in flight, or start the next one."""
@@ -149,23 +156,31 @@ class Learner(Role):
 
     def send_priorities(self, trainer: PolicyTrainer, msg: Message) -> None:
         assert msg.arrays is not None and trainer.td_errors is not None
-        arrays = {"indices": msg.arrays["indices"], "insert_ids": msg.arrays["insert_ids"],
-                  "td": np.abs(trainer.td_errors).astype(np.float32)}
+        arrays = {
+            "indices": msg.arrays["indices"],
+            "insert_ids": msg.arrays["insert_ids"],
+            "td": np.abs(trainer.td_errors).astype(np.float32),
+        }
         self.send("priorities", msg.src, {"policy": trainer.policy}, arrays)
 
     def push_weights(self, trainer: PolicyTrainer) -> None:
         if not trainer.pushes_weights:
             return
         trainer.pushes += 1
-        self.send("weights_push", self.ps_of_policy[trainer.policy], {"key": trainer.key},
-                  {"weights": trainer.algo.get_weights()})
+        self.send(
+            "weights_push",
+            self.ps_of_policy[trainer.policy],
+            {"key": trainer.key},
+            {"weights": trainer.algo.get_weights()},
+        )
 
     def finish_task(self) -> None:
         assert self.task is not None
         for trainer in self.trainers.values():
             self.push_weights(trainer)
-        self.send("task_done", "commander", {"task_id": self.task["task_id"],
-                                             "stats": self.task_stats()})
+        self.send(
+            "task_done", "commander", {"task_id": self.task["task_id"], "stats": self.task_stats()}
+        )
         self.task = None
 
     def task_stats(self) -> dict:
@@ -173,8 +188,11 @@ class Learner(Role):
         for policy, trainer in self.trainers.items():
             rows = trainer.stats
             mean = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
-            per_policy[policy] = {**mean, "updates": trainer.algo.updates,
-                                  "version": trainer.pushes}
+            per_policy[policy] = {
+                **mean,
+                "updates": trainer.algo.updates,
+                "version": trainer.pushes,
+            }
         return {"role": self.name, "policies": per_policy}
 
     def updates(self) -> int:

@@ -78,5 +78,4 @@ class ParameterServer(Role):
 
     def counters(self) -> dict:
         versions = {key: table.version for key, table in self.tables.items()}
-        return {"role": self.name, "versions": versions, "pushes": self.pushes,
-                "pulls": self.pulls}
+        return {"role": self.name, "versions": versions, "pushes": self.pushes, "pulls": self.pulls}

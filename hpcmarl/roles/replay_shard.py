@@ -38,8 +38,14 @@ class ReplayShard(Role):
         super().__init__(name, transport)
         self.cfg = cfg
         self.tables = {
-            p: ReplayTable(cfg.table_capacity, prioritized=cfg.prioritized, alpha=cfg.alpha,
-                           beta=cfg.beta, eps=cfg.eps, seed=seed + i)
+            p: ReplayTable(
+                cfg.table_capacity,
+                prioritized=cfg.prioritized,
+                alpha=cfg.alpha,
+                beta=cfg.beta,
+                eps=cfg.eps,
+                seed=seed + i,
+            )
             for i, p in enumerate(policies)
         }
         self.limiters = {
@@ -50,8 +56,11 @@ class ReplayShard(Role):
         self.pending_samples: deque[Message] = deque()
         self.samples_served = 0
         self._last_stats = 0.0
-        for collector in collectors:
-            self.send("credit", collector, {"n": cfg.insert_credits})
+        self.collectors = collectors
+
+    def start(self) -> None:
+        for collector in self.collectors:
+            self.send("credit", collector, {"n": self.cfg.insert_credits})
 
     def handle_batch(self, msg: Message) -> None:
         self.pending_inserts.append(msg)

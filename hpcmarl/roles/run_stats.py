@@ -36,11 +36,13 @@ class RunStats:
     def on_learn(self, stats: dict[str, Any]) -> None:
         for policy, row in stats["policies"].items():
             self.updates[f"{stats['role']}/{policy}"] = int(row["updates"])
+            self.versions[policy] = max(self.versions.get(policy, 0), int(row["version"]))
 
     def on_role_stats(self, stats: dict[str, Any]) -> None:
         if "versions" in stats:
             for key, version in stats["versions"].items():
-                self.versions[key.split("/", 1)[1]] = version
+                policy = key.split("/", 1)[1]
+                self.versions[policy] = max(self.versions.get(policy, 0), version)
         if "sizes" in stats:
             self.replay[stats["role"]] = stats
 
@@ -60,7 +62,7 @@ class RunStats:
         return sum(sum(s["evicted"].values()) for s in self.replay.values())
 
     def version_lag(self) -> int | None:
-        lags = [v - self.collector_versions.get(p, 0) for p, v in self.versions.items()]
+        lags = [max(0, v - self.collector_versions.get(p, 0)) for p, v in self.versions.items()]
         return max(lags) if lags else None
 
     def progress_row(self) -> dict[str, Any]:
@@ -71,12 +73,16 @@ class RunStats:
         steps_per_s = (self.env_steps - steps_then) / dt
         left = self.max_env_steps - self.env_steps
         return {
-            "time_s": round(now - self.start, 2), "env_steps": self.env_steps,
-            "env_steps_per_s": round(steps_per_s, 1), "updates": updates,
-            "updates_per_s": round((updates - updates_then) / dt, 1), "episodes": self.episodes,
+            "time_s": round(now - self.start, 2),
+            "env_steps": self.env_steps,
+            "env_steps_per_s": round(steps_per_s, 1),
+            "updates": updates,
+            "updates_per_s": round((updates - updates_then) / dt, 1),
+            "episodes": self.episodes,
             "train_return": _mean(self.recent_returns),
             "eval_return": self.eval_returns[-1] if self.eval_returns else None,
-            "replay_fill": round(self.replay_fill(), 4), "replay_evicted": self.replay_evicted(),
+            "replay_fill": round(self.replay_fill(), 4),
+            "replay_evicted": self.replay_evicted(),
             "version_lag": self.version_lag(),
             "eta_s": round(left / steps_per_s, 1) if steps_per_s > 0 else None,
         }

@@ -11,13 +11,20 @@ def fill(builder: FragmentBuilder, steps: int) -> None:
     for t in range(steps):
         for i, agent in enumerate(builder.agents):
             obs = np.full((builder.num_envs, 2), t, np.float32)
-            builder.add(agent, {
-                "observations": obs, "next_observations": obs + 1,
-                "actions": np.arange(builder.num_envs) + 10 * i,
-                "rewards": np.full(builder.num_envs, t, np.float32),
-                "terminations": False, "truncations": False,
-                "episode_id": np.arange(builder.num_envs), "step": t, "policy_version": 7,
-            })
+            builder.add(
+                agent,
+                {
+                    "observations": obs,
+                    "next_observations": obs + 1,
+                    "actions": np.arange(builder.num_envs) + 10 * i,
+                    "rewards": np.full(builder.num_envs, t, np.float32),
+                    "terminations": False,
+                    "truncations": False,
+                    "episode_id": np.arange(builder.num_envs),
+                    "step": t,
+                    "policy_version": 7,
+                },
+            )
         builder.advance()
 
 

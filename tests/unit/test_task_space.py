@@ -23,7 +23,6 @@ def test_failed_or_finished_tasks_release_space_without_going_negative() -> None
     assert space.used == 0 and space.acquire()
 
 
-@pytest.mark.parametrize(("steps", "expected"), [(0, 1.0), (500, 0.55), (1000, 0.1),
-                                                   (5000, 0.1)])
+@pytest.mark.parametrize(("steps", "expected"), [(0, 1.0), (500, 0.55), (1000, 0.1), (5000, 0.1)])
 def test_linear_epsilon(steps: int, expected: float) -> None:
     assert linear_epsilon(steps, 1.0, 0.1, 1000) == pytest.approx(expected)

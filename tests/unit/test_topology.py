@@ -54,15 +54,13 @@ def test_world_too_small_without_colocation_names_the_fix() -> None:
 
 def test_independent_policies_share_out_learners() -> None:
     topo = build_topology(16, TopologyConfig(), ["agent_0", "agent_1", "agent_2"])
-    assert topo.policies_of_learner == {"learner0": ["agent_0", "agent_2"],
-                                        "learner1": ["agent_1"]}
+    assert topo.policies_of_learner == {"learner0": ["agent_0", "agent_2"], "learner1": ["agent_1"]}
     assert topo.group_color(4) is None
 
 
 def test_data_parallel_groups_get_a_communicator_color() -> None:
     topo = build_topology(16, TopologyConfig(learners=4), ["a", "b"])
-    assert topo.learners_of_policy == {"a": ["learner0", "learner2"], "b": ["learner1",
-                                                                           "learner3"]}
+    assert topo.learners_of_policy == {"a": ["learner0", "learner2"], "b": ["learner1", "learner3"]}
     colors = {topo.group_color(topo.rank_of[f"learner{i}"]) for i in range(4)}
     assert colors == {0, 1}
     assert topo.group_color(0) is None

@@ -19,9 +19,12 @@ from hpcmarl.comm.transport import MpiTransport
 def payloads(rng: np.random.Generator) -> list[dict[str, np.ndarray]]:
     return [
         {"weights": rng.standard_normal(100_000).astype(np.float32)},
-        {"observations": rng.standard_normal((64, 4)).astype(np.float32),
-         "actions": rng.integers(0, 5, 64), "terminations": rng.random(64) > 0.5,
-         "agent_id": np.arange(64, dtype=np.int16)},
+        {
+            "observations": rng.standard_normal((64, 4)).astype(np.float32),
+            "actions": rng.integers(0, 5, 64),
+            "terminations": rng.random(64) > 0.5,
+            "agent_id": np.arange(64, dtype=np.int16),
+        },
         {"empty": np.zeros((0, 3), np.float64), "one": np.array([7], np.uint8)},
         {"big": rng.integers(0, 255, 3_000_001, dtype=np.uint8)},
     ]

@@ -1,0 +1,156 @@
+"""One environment copy behind one interface, whether it has one agent or many.
+
+A gymnasium env is the one-agent case (agent id `agent_0`); a PettingZoo parallel env is the
+general case. A copy writes its step straight into row `i` of the vector env's output arrays,
+in a fixed, sorted agent order: no per-step dicts or lists for the one-agent case, because the
+collector's hot loop is benchmarked against a bare loop of the same env.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import gymnasium
+import numpy as np
+
+from hpcmarl.errors import EnvError
+
+SINGLE_AGENT_ID = "agent_0"
+"""Agent id of a gymnasium (one-agent) environment."""
+
+
+@dataclass
+class StepBuffers:
+    """One vector step's outputs; index [agent position][copy]."""
+
+    obs: list[np.ndarray]
+    """Per agent, float32 [num_envs, obs_dim]."""
+    rewards: np.ndarray
+    """float32 [agents, num_envs]."""
+    terminations: np.ndarray
+    """bool [agents, num_envs]."""
+    truncations: np.ndarray
+    """bool [agents, num_envs]."""
+    active: np.ndarray
+    """bool [agents, num_envs]; True unless the agent finished before its episode did."""
+
+    @classmethod
+    def empty(cls, obs_dims: list[int], num_envs: int) -> StepBuffers:
+        shape = (len(obs_dims), num_envs)
+        return cls(
+            obs=[np.empty((num_envs, d), dtype=np.float32) for d in obs_dims],
+            rewards=np.empty(shape, dtype=np.float32),
+            terminations=np.empty(shape, dtype=bool),
+            truncations=np.empty(shape, dtype=bool),
+            active=np.ones(shape, dtype=bool),
+        )
+
+
+class EnvCopy(Protocol):
+    """What the vector env needs from one environment copy."""
+
+    agents: list[str]
+    observation_spaces: dict[str, gymnasium.Space]
+    action_spaces: dict[str, gymnasium.Space]
+
+    def reset_into(self, seed: int | None, i: int, obs: list[np.ndarray]) -> None:
+        """Reset and write each agent's flat observation into row `i` of `obs`."""
+        ...
+
+    def step_into(self, actions: list[Any], i: int, out: StepBuffers) -> bool:
+        """Step with one action per agent, write row `i` of `out`; True when the episode is
+        over."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class GymnasiumCopy:
+    """A gymnasium env as a one-agent copy; the episode is over on termination or truncation."""
+
+    def __init__(self, env: gymnasium.Env, env_id: str) -> None:
+        self.env = env
+        self.agents = [SINGLE_AGENT_ID]
+        self.observation_spaces = {SINGLE_AGENT_ID: env.observation_space}
+        self.action_spaces = {SINGLE_AGENT_ID: env.action_space}
+        self._flat = flattener(env.observation_space, env_id)
+        self._offset = _action_offset(env.action_space)
+
+    def reset_into(self, seed: int | None, i: int, obs: list[np.ndarray]) -> None:
+        first, _ = self.env.reset(seed=seed)
+        obs[0][i] = self._flat(first)
+
+    def step_into(self, actions: list[Any], i: int, out: StepBuffers) -> bool:
+        action = actions[0] + self._offset if self._offset else actions[0]
+        obs, reward, terminated, truncated, _ = self.env.step(action)
+        out.obs[0][i] = self._flat(obs)
+        out.rewards[0, i] = reward
+        out.terminations[0, i] = terminated
+        out.truncations[0, i] = truncated
+        return terminated or truncated
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class ParallelCopy:
+    """A PettingZoo parallel env. An agent that finished before the others gets padding rows
+    (zero obs, zero reward, terminated, not active) until the whole episode is over, which is
+    when the env has no live agents left."""
+
+    def __init__(self, env: Any, env_id: str) -> None:
+        self.env = env
+        self.agents = sorted(env.possible_agents)
+        self.observation_spaces = {a: env.observation_space(a) for a in self.agents}
+        self.action_spaces = {a: env.action_space(a) for a in self.agents}
+        self._flat = [flattener(self.observation_spaces[a], env_id) for a in self.agents]
+        self._offset = [_action_offset(self.action_spaces[a]) for a in self.agents]
+
+    def reset_into(self, seed: int | None, i: int, obs: list[np.ndarray]) -> None:
+        first, _ = self.env.reset(seed=seed)
+        self._write_obs(first, i, obs)
+
+    def step_into(self, actions: list[Any], i: int, out: StepBuffers) -> bool:
+        live = set(self.env.agents)
+        sent = {
+            a: actions[k] + self._offset[k] if self._offset[k] else actions[k]
+            for k, a in enumerate(self.agents)
+            if a in live
+        }
+        obs, rewards, terms, truncs, _ = self.env.step(sent)
+        self._write_obs(obs, i, out.obs)
+        for k, agent in enumerate(self.agents):
+            out.rewards[k, i] = rewards.get(agent, 0.0)
+            out.terminations[k, i] = terms.get(agent, agent not in live)
+            out.truncations[k, i] = truncs.get(agent, False)
+            out.active[k, i] = agent in live
+        return not self.env.agents
+
+    def close(self) -> None:
+        self.env.close()
+
+    def _write_obs(self, obs: dict[str, Any], i: int, arrays: list[np.ndarray]) -> None:
+        for k, agent in enumerate(self.agents):
+            arrays[k][i] = self._flat[k](obs[agent]) if agent in obs else 0.0
+
+
+def flattener(space: gymnasium.Space, env_id: str) -> Callable[[Any], Any]:
+    """A function turning one observation into a 1-D array; identity for 1-D boxes (the common
+    case costs nothing)."""
+    if isinstance(space, gymnasium.spaces.Box):
+        return (lambda obs: obs) if len(space.shape) == 1 else (lambda obs: np.reshape(obs, -1))
+    try:
+        gymnasium.spaces.flatdim(space)
+    except (ValueError, NotImplementedError) as exc:
+        raise EnvError(
+            f"{env_id} has observation space {space}, which cannot be flattened to a vector",
+            "wrap the environment so that it returns Box (or Discrete/MultiDiscrete) observations",
+        ) from exc
+    return lambda obs: gymnasium.spaces.flatten(space, obs)
+
+
+def _action_offset(space: gymnasium.Space) -> int:
+    """Policies emit actions 0..n-1; a Discrete space may start elsewhere."""
+    return int(space.start) if isinstance(space, gymnasium.spaces.Discrete) else 0

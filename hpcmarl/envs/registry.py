@@ -1,0 +1,108 @@
+"""Environment creation by family and id, with errors that name the id and a close match.
+
+`EnvConfig.kind` picks the family: `gymnasium` ids go through `gymnasium.make`; `pettingzoo`
+ids are module paths (`mpe2.simple_spread_v3`) whose `parallel_env(**kwargs)` builds the env.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import pkgutil
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium
+
+from hpcmarl.config.schema import EnvConfig
+from hpcmarl.envs.adapters import EnvCopy, GymnasiumCopy, ParallelCopy
+from hpcmarl.errors import EnvError
+
+PETTINGZOO_EXAMPLE = "mpe2.simple_spread_v3"
+
+
+def make_env_copy(env_cfg: EnvConfig) -> EnvCopy:
+    """One environment copy of the configured family."""
+    if env_cfg.kind not in ENV_KINDS:
+        raise EnvError(
+            f"env.kind is {env_cfg.kind!r}, which is not an environment family",
+            f"use one of {sorted(ENV_KINDS)}",
+        )
+    return ENV_KINDS[env_cfg.kind](env_cfg.id, dict(env_cfg.kwargs))
+
+
+def make_gymnasium(env_id: str, kwargs: dict[str, Any]) -> EnvCopy:
+    """A gymnasium env; an unknown id gets the closest registered ids as suggestions."""
+    if env_id not in gymnasium.registry and ":" not in env_id:
+        raise EnvError(f"unknown gymnasium id {env_id!r}", _suggest_gymnasium(env_id))
+    try:
+        env = gymnasium.make(env_id, **kwargs)
+    except (gymnasium.error.Error, ModuleNotFoundError) as exc:
+        raise EnvError(
+            f"gymnasium cannot make {env_id!r}: {exc}", _suggest_gymnasium(env_id)
+        ) from exc
+    except TypeError as exc:
+        raise EnvError(
+            f"{env_id} rejects env.kwargs {kwargs}: {exc}", "fix or remove env.kwargs"
+        ) from exc
+    return GymnasiumCopy(env, env_id)
+
+
+def make_pettingzoo(env_id: str, kwargs: dict[str, Any]) -> EnvCopy:
+    """A PettingZoo parallel env from a module path such as `mpe2.simple_spread_v3`."""
+    module = _import_env_module(env_id)
+    if not hasattr(module, "parallel_env"):
+        raise EnvError(
+            f"module {env_id!r} has no parallel_env()",
+            f"give a PettingZoo env module with the parallel API, e.g. {PETTINGZOO_EXAMPLE}",
+        )
+    try:
+        env = module.parallel_env(**kwargs)
+    except TypeError as exc:
+        raise EnvError(
+            f"{env_id}.parallel_env rejects env.kwargs {kwargs}: {exc}", "fix or remove env.kwargs"
+        ) from exc
+    return ParallelCopy(env, env_id)
+
+
+ENV_KINDS: dict[str, Callable[[str, dict[str, Any]], EnvCopy]] = {
+    "gymnasium": make_gymnasium,
+    "pettingzoo": make_pettingzoo,
+}
+"""Environment families by `env.kind`."""
+
+
+def _suggest_gymnasium(env_id: str) -> str:
+    ids = list(gymnasium.registry)
+    by_lower = {i.lower(): i for i in ids}
+    close = difflib.get_close_matches(env_id.lower(), list(by_lower), n=3, cutoff=0.5)
+    if close:
+        return f"did you mean {' or '.join(repr(by_lower[c]) for c in close)}?"
+    return "set env.id to a registered gymnasium id, e.g. 'CartPole-v1'"
+
+
+def _import_env_module(env_id: str) -> Any:
+    try:
+        return importlib.import_module(env_id)
+    except ImportError as exc:
+        raise EnvError(
+            f"could not import PettingZoo env module {env_id!r} ({exc})",
+            _suggest_module(env_id),
+        ) from exc
+
+
+def _suggest_module(env_id: str) -> str:
+    """Close sibling module names when the parent package imports, else an example id."""
+    parent, _, name = env_id.rpartition(".")
+    example = f"env.id must be an importable module with parallel_env(), e.g. {PETTINGZOO_EXAMPLE}"
+    try:
+        package = importlib.import_module(parent) if parent else None
+    except ImportError:
+        package = None
+    if package is None or not hasattr(package, "__path__"):
+        return example
+    siblings = [m.name for m in pkgutil.iter_modules(package.__path__)]
+    close = difflib.get_close_matches(name, siblings, n=3, cutoff=0.6)
+    if close:
+        return f"did you mean {' or '.join(repr(f'{parent}.{c}') for c in close)}?"
+    return example

@@ -1,0 +1,138 @@
+"""Several environment copies stepped together, one data path for one agent or many.
+
+The loop is written here rather than borrowed from gymnasium's vector wrappers so that the final
+observation of an ended episode is always the true s' (`next_observations`) while the reset
+observation goes to `observations`, and so that the per-step overhead over a bare env loop stays
+a few list operations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gymnasium
+import numpy as np
+
+from hpcmarl.config.schema import EnvConfig
+from hpcmarl.envs.adapters import EnvCopy, StepBuffers
+from hpcmarl.envs.registry import make_env_copy
+from hpcmarl.errors import EnvError
+
+AgentArrays = dict[str, np.ndarray]
+
+
+@dataclass
+class VectorStep:
+    """One step of every copy; arrays are fresh each step, rows are env copies."""
+
+    next_observations: AgentArrays
+    """The true s' of this step: for a copy whose episode just ended, its final observation."""
+    observations: AgentArrays
+    """What to act on next: equal to `next_observations` except for ended copies (reset obs)."""
+    rewards: AgentArrays
+    """float32 [num_envs] per agent."""
+    terminations: AgentArrays
+    """bool [num_envs]: s' is terminal, do not bootstrap."""
+    truncations: AgentArrays
+    """bool [num_envs]: the episode was cut (time limit); s' still bootstraps."""
+    episode_ended: np.ndarray
+    """bool [num_envs]: the copy was reset after this step."""
+    active: AgentArrays = field(default_factory=dict)
+    """bool [num_envs]: the agent acted in this step. False rows are padding for an agent that
+    finished before the rest of its multi-agent episode; collectors should not store them."""
+
+
+class MultiAgentVectorEnv:
+    """`num_envs` copies of one environment, auto-reset, copy i seeded `seed + i` on its first
+    reset."""
+
+    def __init__(self, copies: list[EnvCopy], seed: int) -> None:
+        if not copies:
+            raise ValueError("a vector env needs at least one environment copy")
+        self._copies = copies
+        self._seed = seed
+        self._seeded = False
+        self.num_envs = len(copies)
+        self.agents: list[str] = list(copies[0].agents)
+        """Agent ids in fixed, sorted order."""
+        first = copies[0]
+        self._obs_dims = [
+            gymnasium.spaces.flatdim(first.observation_spaces[a]) for a in self.agents
+        ]
+
+    def obs_dim(self, agent: str) -> int:
+        """Length of the agent's flattened observation."""
+        return self._obs_dims[self.agents.index(agent)]
+
+    def n_actions(self, agent: str) -> int:
+        """Number of discrete actions of the agent (its action space must be Discrete)."""
+        space = self.action_space(agent)
+        if not isinstance(space, gymnasium.spaces.Discrete):
+            raise EnvError(
+                f"agent {agent!r} has action space {space}, which has no action count",
+                "use an algorithm for this action space or an environment with Discrete actions",
+            )
+        return int(space.n)
+
+    def action_space(self, agent: str) -> gymnasium.Space:
+        """The agent's action space (the same in every copy)."""
+        return self._copies[0].action_spaces[agent]
+
+    def observation_space(self, agent: str) -> gymnasium.Space:
+        """The agent's unflattened observation space."""
+        return self._copies[0].observation_spaces[agent]
+
+    def reset(self) -> AgentArrays:
+        """Reset every copy; only the first call seeds them (later resets continue their RNG)."""
+        obs = StepBuffers.empty(self._obs_dims, self.num_envs).obs
+        for i, copy in enumerate(self._copies):
+            copy.reset_into(self._seed + i if not self._seeded else None, i, obs)
+        self._seeded = True
+        return self._by_agent(obs)
+
+    def step(self, actions: AgentArrays) -> VectorStep:
+        """Step every copy with its row of `actions` (agent -> [num_envs]); reset ended copies."""
+        if not self._seeded:
+            raise RuntimeError("call reset() before the first step()")
+        per_agent = [_rows(actions[a]) for a in self.agents]
+        out = StepBuffers.empty(self._obs_dims, self.num_envs)
+        ended = []
+        for i, copy in enumerate(self._copies):
+            if copy.step_into([a[i] for a in per_agent], i, out):
+                ended.append(i)
+        observations = [o.copy() for o in out.obs]
+        for i in ended:
+            self._copies[i].reset_into(None, i, observations)
+        episode_ended = np.zeros(self.num_envs, dtype=bool)
+        if ended:
+            episode_ended[ended] = True
+        return VectorStep(
+            next_observations=self._by_agent(out.obs),
+            observations=self._by_agent(observations),
+            rewards=self._by_agent(out.rewards),
+            terminations=self._by_agent(out.terminations),
+            truncations=self._by_agent(out.truncations),
+            episode_ended=episode_ended,
+            active=self._by_agent(out.active),
+        )
+
+    def close(self) -> None:
+        """Close every copy (renderers, subprocesses of the underlying envs)."""
+        for copy in self._copies:
+            copy.close()
+
+    def _by_agent(self, rows: np.ndarray | list[np.ndarray]) -> AgentArrays:
+        return dict(zip(self.agents, rows, strict=True))
+
+
+def make_vector_env(env_cfg: EnvConfig, num_envs: int, seed: int) -> MultiAgentVectorEnv:
+    """`num_envs` copies of the configured environment, copy i seeded `seed + i`."""
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+    return MultiAgentVectorEnv([make_env_copy(env_cfg) for _ in range(num_envs)], seed)
+
+
+def _rows(actions: np.ndarray) -> list:
+    """Per-copy actions; plain Python ints for discrete actions, which every env accepts."""
+    actions = np.asarray(actions)
+    return actions.tolist() if actions.ndim == 1 else list(actions)

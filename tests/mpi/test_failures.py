@@ -1,0 +1,73 @@
+"""Failures end the job quickly and clearly: a role that raises, a bad job, a world too small.
+
+Every run has a hard timeout: a hang fails the test. A role's failure must end every rank with
+a non-zero exit and one line naming rank, role and cause.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .conftest import run_local, run_mpi
+
+SHORT = ["commander.max_env_steps=200000", "commander.stop_value=null"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    ("role", "poll"),
+    [
+        ("commander", 400),
+        ("param_server", 300),
+        ("replay_shard", 300),
+        ("learner", 300),
+        ("collector", 300),
+    ],
+)
+def test_an_exception_in_any_role_ends_the_job(tmp_path: Path, role: str, poll: int) -> None:
+    result = run_mpi(
+        5,
+        ["-m", "hpcmarl", *SHORT, f"runtime.run_dir={tmp_path}"],
+        timeout=90,
+        env={"HPCMARL_FAULT": f"{role}:{poll}"},
+    )
+    assert result.returncode != 0
+    line = [x for x in result.stderr.splitlines() if x.startswith("hpcmarl: failed: rank")]
+    assert line, result.stderr[-3000:]
+    assert "injected fault in" in line[0] and "RuntimeError" in line[0]
+    assert list((tmp_path / "logs").glob("rank*.traceback"))
+
+
+def test_an_exception_in_one_process_ends_it(tmp_path: Path) -> None:
+    result = run_local(
+        ["-m", "hpcmarl", *SHORT, f"runtime.run_dir={tmp_path}"],
+        timeout=90,
+        env={"HPCMARL_FAULT": "learner:300"},
+    )
+    assert result.returncode == 1
+    assert "hpcmarl: failed: rank 0 (learner0): RuntimeError: injected fault" in result.stderr
+
+
+@pytest.mark.mpi
+def test_bad_job_key_is_one_line_on_every_rank_count(tmp_path: Path) -> None:
+    result = run_mpi(3, ["-m", "hpcmarl", "learner.lrr=0.1"], timeout=60, cwd=tmp_path)
+    assert result.returncode == 2
+    errors = [x for x in result.stderr.splitlines() if x.startswith("hpcmarl: error:")]
+    assert len(errors) == 1 and "did you mean learner.lr" in errors[0]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.mpi
+def test_world_too_small_names_the_fix(tmp_path: Path) -> None:
+    result = run_mpi(3, ["-m", "hpcmarl", "topology.colocate=false"], timeout=60, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "needs 16 ranks" in result.stderr and "mpirun -n 16" in result.stderr
+
+
+def test_unknown_environment_suggests_close_names(tmp_path: Path) -> None:
+    result = run_local(["-m", "hpcmarl", "env.id=CartPol-v1"], timeout=60, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "CartPole-v1" in result.stderr and "Traceback" not in result.stderr

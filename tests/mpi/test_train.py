@@ -1,0 +1,64 @@
+"""End-to-end training runs: CartPole to its stop value, simple_spread improving, the run files.
+
+Each run has a hard timeout; a hang fails the test, never the suite.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .conftest import run_local, run_mpi
+
+STEP_BUDGET = "commander.max_env_steps=150000"
+
+
+def finished_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.startswith("hpcmarl: finished")]
+    assert lines, output[-4000:]
+    return lines[-1]
+
+
+def check_run_dir(run_dir: Path) -> list[dict]:
+    assert (run_dir / "config.yaml").is_file()
+    assert (run_dir / "progress.csv").read_text().startswith("time_s,env_steps")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["kind"] == "finished"
+    return rows
+
+
+@pytest.mark.slow
+def test_cartpole_solves_in_one_process(tmp_path: Path) -> None:
+    result = run_local(["-m", "hpcmarl", STEP_BUDGET, f"runtime.run_dir={tmp_path}"], timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "stop_value reached" in finished_line(result.stdout)
+    rows = check_run_dir(tmp_path)
+    assert max(r["return_mean"] for r in rows if r["kind"] == "eval") >= 475
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [5, 16])
+def test_cartpole_solves_under_mpirun(tmp_path: Path, ranks: int) -> None:
+    result = run_mpi(
+        ranks, ["-m", "hpcmarl", STEP_BUDGET, f"runtime.run_dir={tmp_path}"], timeout=600
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "stop_value reached" in finished_line(result.stdout)
+    assert f"topology for {ranks} rank(s)" in result.stdout
+    check_run_dir(tmp_path)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("job", ["jobs/spread_shared.yaml", "jobs/spread_independent.yaml"])
+def test_simple_spread_improves(tmp_path: Path, job: str) -> None:
+    result = run_mpi(6, ["-m", "hpcmarl", job, f"runtime.run_dir={tmp_path}"], timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "step budget reached" in finished_line(result.stdout)
+    evals = [r["return_mean"] for r in check_run_dir(tmp_path) if r["kind"] == "eval"]
+    assert len(evals) >= 3, evals
+    early, late = evals[0], max(evals[len(evals) // 2 :])
+    assert late > early + 2.0, evals

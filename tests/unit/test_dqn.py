@@ -1,0 +1,218 @@
+"""DQN math, schedules and round trips, on tiny networks without MPI."""
+
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+
+from hpcmarl.algos import ALGORITHMS, DQN, QActor, check_fits
+from hpcmarl.algos.networks import (
+    get_flat,
+    get_flat_grad,
+    mlp,
+    param_spec,
+    set_flat,
+    set_flat_grad,
+)
+from hpcmarl.config.schema import LearnerConfig
+from hpcmarl.errors import ConfigError, EnvError
+
+torch.set_num_threads(1)
+
+OBS_DIM, N_ACTIONS = 3, 4
+
+
+def make_batch(rows: int = 8, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "observations": rng.standard_normal((rows, OBS_DIM)).astype(np.float32),
+        "actions": rng.integers(N_ACTIONS, size=rows).astype(np.int64),
+        "rewards": rng.standard_normal(rows).astype(np.float32),
+        "next_observations": rng.standard_normal((rows, OBS_DIM)).astype(np.float32),
+        "terminations": np.zeros(rows, dtype=bool),
+        "truncations": np.zeros(rows, dtype=bool),
+    }
+
+
+def make_dqn(seed: int = 0, **overrides: object) -> DQN:
+    settings: dict = {"hidden_sizes": [8], "lr": 1e-2, **overrides}
+    cfg = LearnerConfig(**settings)
+    return DQN(OBS_DIM, N_ACTIONS, cfg, seed=seed)
+
+
+def perturb_target(dqn: DQN) -> None:
+    """Make target and online differ, so double Q and plain max give different targets."""
+    with torch.no_grad():
+        for p in dqn.q_target.parameters():
+            p.add_(torch.randn_like(p))
+
+
+def q_values(net: torch.nn.Module, obs: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return net(torch.from_numpy(obs)).double().numpy()
+
+
+def hand_td(dqn: DQN, batch: dict[str, np.ndarray], double_q: bool) -> np.ndarray:
+    rows = np.arange(len(batch["actions"]))
+    q_taken = q_values(dqn.q, batch["observations"])[rows, batch["actions"]]
+    q_next_target = q_values(dqn.q_target, batch["next_observations"])
+    if double_q:
+        best = q_values(dqn.q, batch["next_observations"]).argmax(axis=1)
+        v_next = q_next_target[rows, best]
+    else:
+        v_next = q_next_target.max(axis=1)
+    alive = 1.0 - batch["terminations"]
+    return q_taken - (batch["rewards"] + dqn.cfg.gamma * alive * v_next)
+
+
+@pytest.mark.parametrize("double_q", [True, False])
+def test_target_matches_hand_computation(double_q: bool) -> None:
+    dqn = make_dqn(double_q=double_q)
+    perturb_target(dqn)
+    batch = make_batch()
+    _, _, td = dqn.compute_gradients(batch, None)
+    assert td.dtype == np.float32 and td.shape == (8,)
+    np.testing.assert_allclose(td, hand_td(dqn, batch, double_q), rtol=1e-5, atol=1e-5)
+    other = hand_td(dqn, batch, not double_q)
+    assert not np.allclose(td, other, atol=1e-4)  # the test can tell the two targets apart
+
+
+def test_termination_cuts_bootstrap_truncation_does_not() -> None:
+    dqn = make_dqn()
+    perturb_target(dqn)
+    batch = make_batch(rows=1)
+    batch = {k: np.repeat(v, 3, axis=0) for k, v in batch.items()}
+    batch["terminations"] = np.array([False, True, False])
+    batch["truncations"] = np.array([False, False, True])
+    _, _, td = dqn.compute_gradients(batch, None)
+    q_taken = q_values(dqn.q, batch["observations"])[0, batch["actions"][0]]
+    np.testing.assert_allclose(td[1], q_taken - batch["rewards"][1], rtol=1e-5)
+    assert td[2] == td[0]  # truncated row bootstraps exactly like a plain row
+    assert td[1] != td[0]
+
+
+def huber(x: np.ndarray, delta: float = 1.0) -> np.ndarray:
+    a = np.abs(x)
+    return np.where(a < delta, 0.5 * x**2, delta * (a - 0.5 * delta))
+
+
+def test_importance_weights_scale_the_loss() -> None:
+    dqn = make_dqn()
+    batch = make_batch()
+    batch["rewards"] *= 5.0  # both Huber branches occur
+    weights = np.linspace(0.1, 1.0, 8).astype(np.float32)
+    grad_1, stats_1, td = dqn.compute_gradients(batch, None)
+    grad_w, stats_w, _ = dqn.compute_gradients(batch, weights)
+    grad_2, stats_2, _ = dqn.compute_gradients(batch, np.full(8, 2.0, np.float32))
+    assert stats_w["loss"] == pytest.approx(np.mean(weights * huber(td)), rel=1e-5)
+    assert stats_1["loss"] == pytest.approx(np.mean(huber(td)), rel=1e-5)
+    assert stats_2["loss"] == pytest.approx(2 * stats_1["loss"], rel=1e-6)
+    np.testing.assert_allclose(grad_2, 2 * grad_1, rtol=1e-5, atol=1e-7)
+    assert not np.allclose(grad_w, grad_1)
+
+
+def test_target_network_copies_every_n_updates_and_not_before() -> None:
+    dqn = make_dqn(target_network_update_freq=3)
+    batch = make_batch()
+    initial = get_flat(dqn.q_target)
+    np.testing.assert_array_equal(initial, dqn.get_weights())
+    for _ in range(2):
+        dqn.update(batch)
+        np.testing.assert_array_equal(get_flat(dqn.q_target), initial)
+    dqn.update(batch)
+    assert dqn.updates == 3
+    copied = get_flat(dqn.q_target)
+    np.testing.assert_array_equal(copied, dqn.get_weights())
+    dqn.update(batch)
+    dqn.update(batch)
+    np.testing.assert_array_equal(get_flat(dqn.q_target), copied)
+    assert not np.array_equal(dqn.get_weights(), copied)
+
+
+def test_compute_plus_apply_equals_update_bitwise() -> None:
+    split, fused = make_dqn(seed=7), make_dqn(seed=7)
+    for step in range(5):
+        batch, weights = make_batch(seed=step), np.full(8, 0.5, np.float32)
+        grad, stats_a, td_a = split.compute_gradients(batch, weights)
+        split.apply_gradients(grad)
+        stats_b, td_b = fused.update(batch, weights)
+        np.testing.assert_array_equal(td_a, td_b)
+        assert stats_a["loss"] == stats_b["loss"]
+    np.testing.assert_array_equal(split.get_weights(), fused.get_weights())
+
+
+def test_weights_round_trip_and_are_copies() -> None:
+    source, sink = make_dqn(seed=1), make_dqn(seed=2)
+    flat = source.get_weights()
+    assert flat.dtype == np.float32 and flat.ndim == 1
+    sink.set_weights(flat)
+    np.testing.assert_array_equal(sink.get_weights(), flat)
+    flat[:] = 0.0  # a copy: scribbling on it must not touch either model
+    assert np.any(source.get_weights() != 0.0) and np.any(sink.get_weights() != 0.0)
+
+
+def test_state_dict_round_trip_resumes_bit_for_bit() -> None:
+    original = make_dqn(seed=3, target_network_update_freq=2)
+    for step in range(3):
+        original.update(make_batch(seed=step))
+    state = original.state_dict()
+    assert all(isinstance(v, np.ndarray) and v.dtype != object for v in state.values())
+    restored = make_dqn(seed=99, target_network_update_freq=2)
+    restored.load_state_dict(state)
+    assert restored.updates == 3
+    for key, value in restored.state_dict().items():
+        np.testing.assert_array_equal(value, state[key])
+    for step in range(3, 6):  # optimizer moments and target schedule carry over exactly
+        original.update(make_batch(seed=step))
+        restored.update(make_batch(seed=step))
+    np.testing.assert_array_equal(restored.get_weights(), original.get_weights())
+    np.testing.assert_array_equal(get_flat(restored.q_target), get_flat(original.q_target))
+
+
+def test_actor_with_dqn_weights_picks_dqn_greedy_actions() -> None:
+    dqn = make_dqn(seed=4)
+    actor = QActor(OBS_DIM, N_ACTIONS, [8])
+    actor.set_weights(dqn.get_weights())
+    obs = np.random.default_rng(0).standard_normal((64, OBS_DIM)).astype(np.float32)
+    rng = np.random.default_rng(0)
+    actions = actor.act(obs, 0.0, rng)
+    assert actions.dtype == np.int64 and actions.shape == (64,)
+    np.testing.assert_array_equal(actions, q_values(dqn.q, obs).argmax(axis=1))
+    random = actor.act(obs, 1.0, rng)
+    assert random.dtype == np.int64 and set(random.tolist()) == set(range(N_ACTIONS))
+    mixed = actor.act(obs, 0.5, rng)
+    assert 0 < np.count_nonzero(mixed != actions) < 64
+
+
+def test_repeated_updates_on_a_fixed_batch_drive_the_loss_down() -> None:
+    dqn = make_dqn(seed=5, hidden_sizes=[32], target_network_update_freq=10_000)
+    batch = make_batch(rows=32)
+    first, _ = dqn.update(batch)
+    for _ in range(200):
+        last, _ = dqn.update(batch)
+    assert last["loss"] < 0.1 * first["loss"]
+
+
+def test_flat_helpers_follow_the_spec_and_check_sizes() -> None:
+    net = mlp(3, [5], 2)
+    assert param_spec(net) == [("0.weight", (5, 3)), ("0.bias", (5,)), ("2.weight", (2, 5)),
+                               ("2.bias", (2,))]  # fmt: skip
+    flat = np.arange(32, dtype=np.float32)
+    set_flat(net, flat)
+    np.testing.assert_array_equal(get_flat(net), flat)
+    np.testing.assert_array_equal(get_flat_grad(net), np.zeros(32, np.float32))
+    set_flat_grad(net, flat * 2)
+    np.testing.assert_array_equal(get_flat_grad(net), flat * 2)
+    with pytest.raises(ValueError, match="needs"):
+        set_flat(net, np.zeros(31, np.float32))
+
+
+def test_check_fits_wants_discrete_actions() -> None:
+    assert ALGORITHMS["dqn"] is DQN
+    check_fits("dqn", gymnasium.spaces.Discrete(2))
+    with pytest.raises(EnvError, match="Discrete"):
+        check_fits("dqn", gymnasium.spaces.Box(-1.0, 1.0, (2,)))
+    with pytest.raises(ConfigError, match="dqn"):
+        check_fits("ppo", gymnasium.spaces.Discrete(2))
