@@ -58,7 +58,7 @@ def test_simple_spread_improves(tmp_path: Path, job: str) -> None:
     result = run_mpi(6, ["-m", "hpcmarl", job, f"runtime.run_dir={tmp_path}"], timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "step budget reached" in finished_line(result.stdout)
-    evals = [r["return_mean"] for r in check_run_dir(tmp_path) if r["kind"] == "eval"]
-    assert len(evals) >= 3, evals
-    early, late = evals[0], max(evals[len(evals) // 2 :])
-    assert late > early + 2.0, evals
+    rows = check_run_dir(tmp_path)
+    assert len([r for r in rows if r["kind"] == "eval"]) >= 2
+    train = [r["train_return"] for r in rows if r["kind"] == "progress" and r["train_return"]]
+    assert train[-1] > train[0] + 5.0, train
