@@ -1,14 +1,16 @@
 """Moving messages between roles: in memory on one rank, nonblocking MPI across ranks.
 
 This package is the only place that imports mpi4py. A control message is a small pickled tuple
-on the control tag. A bulk message is a control header (kind, addresses, meta and the dtype and
-shape of each array) followed by one raw `Isend` per array (or per chunk of a huge array) on the
-bulk tag. MPI never lets two messages between the same pair of ranks on one tag overtake each
-other, so the receiver posts its `Irecv`s in header order and each lands on the right buffer.
+on the control tag. A bulk message is a control header (kind, addresses, meta and the layout of
+its arrays) followed by raw `Isend`s on the bulk tag: one for a packed batch (see packing.py),
+else one per array, and a huge buffer in chunks that keep every count below 2**31. MPI never
+lets two messages between the same pair of ranks on one tag overtake each other, so the receiver
+posts its `Irecv`s in header order and each lands on the right buffer.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import weakref
 from collections import deque
@@ -16,12 +18,15 @@ from typing import Any
 
 import numpy as np
 
+from .packing import PackedBatch, pack, spec_of, views
 from .progress import RequestPool
 from .protocol import Message
 
 CONTROL_TAG = 11
 BULK_TAG = 12
 MAX_RECEIVES_PER_POLL = 64
+PACK_LIMIT = 256 << 10
+"""Unpacked batches up to this size are copied into one buffer: one message beats many."""
 
 
 def chunk_bytes() -> int:
@@ -152,15 +157,25 @@ class MpiTransport(LocalTransport):
             self._send_bulk(msg, dest)
 
     def _send_bulk(self, msg: Message, dest: int) -> None:
-        arrays = {name: np.ascontiguousarray(a) for name, a in msg.arrays.items()}
-        specs = [(name, a.dtype.str, a.shape) for name, a in arrays.items()]
-        header = (msg.kind, msg.src, msg.dst, msg.meta, specs)
+        """One raw message when the columns are (or are cheaply made) one packed buffer."""
+        assert msg.arrays is not None
+        arrays = msg.arrays
+        if not isinstance(arrays, PackedBatch):
+            arrays = {name: np.ascontiguousarray(a) for name, a in arrays.items()}
+        packed = msg.arrays if isinstance(msg.arrays, PackedBatch) else None
+        if packed is None and sum(a.nbytes for a in arrays.values()) <= PACK_LIMIT:
+            packed = pack(arrays)
+        if packed is not None:
+            body: tuple = ("packed", packed.layout, packed.buffer.nbytes)
+            parts = [packed.buffer]
+        else:
+            body, parts = ("columns", spec_of(arrays)), list(arrays.values())
+        header = (msg.kind, msg.src, msg.dst, msg.meta, body)
         self.sends.add(self.comm.isend(header, dest, CONTROL_TAG), None)
-        for array in arrays.values():
-            raw = array.reshape(-1).view(np.uint8)
+        for part in parts:
+            raw = part.reshape(-1).view(np.uint8)
             for start, stop in byte_chunks(raw.nbytes, self.chunk):
-                request = self.comm.Isend(raw[start:stop], dest, BULK_TAG)
-                self.sends.add(request, array)
+                self.sends.add(self.comm.Isend(raw[start:stop], dest, BULK_TAG), part)
 
     def poll(self) -> bool:
         progressed = self.sends.test() > 0
@@ -174,23 +189,31 @@ class MpiTransport(LocalTransport):
             if probe is None:
                 break
             source = self.status.Get_source()
-            kind, src, dst, meta, specs = probe.recv()
+            kind, src, dst, meta, body = probe.recv()
             msg = Message(kind, src, dst, meta)
-            requests = self._post_receives(msg, specs, source) if specs is not None else []
+            requests = self._post_receives(msg, body, source) if body is not None else []
             self.incoming.setdefault(source, deque()).append(_Incoming(msg, requests))
             received += 1
         return received > 0
 
-    def _post_receives(self, msg: Message, specs: list, source: int) -> list[Any]:
-        msg.arrays = {}
-        requests = []
-        for name, dtype, shape in specs:
+    def _post_receives(self, msg: Message, body: tuple, source: int) -> list[Any]:
+        """Post the receives of a bulk message's buffers, in the order they were sent."""
+        if body[0] == "packed":
+            _, layout, nbytes = body
+            raw = self.buffers.take(nbytes)
+            msg.arrays = views(raw, layout)
+            return self._irecv(raw, source)
+        msg.arrays, requests = {}, []
+        for name, dtype, shape in body[1]:
             dt = np.dtype(dtype)
-            raw = self.buffers.take(int(np.prod(shape, dtype=np.int64)) * dt.itemsize)
-            for start, stop in byte_chunks(raw.nbytes, self.chunk):
-                requests.append(self.comm.Irecv(raw[start:stop], source, BULK_TAG))
+            raw = self.buffers.take(math.prod(shape) * dt.itemsize)
+            requests += self._irecv(raw, source)
             msg.arrays[name] = raw.view(dt).reshape(shape)
         return requests
+
+    def _irecv(self, raw: np.ndarray, source: int) -> list[Any]:
+        chunks = byte_chunks(raw.nbytes, self.chunk)
+        return [self.comm.Irecv(raw[start:stop], source, BULK_TAG) for start, stop in chunks]
 
     def recycle(self, arrays: dict[str, np.ndarray] | None) -> None:
         """Give received arrays back once their contents were copied elsewhere (see BufferPool)."""

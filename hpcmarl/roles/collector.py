@@ -101,6 +101,7 @@ class Collector(Role):
         assert msg.arrays is not None
         policy = self.policy_of_key(msg.meta["key"])
         self.actors[policy].set_weights(msg.arrays["weights"])
+        self.transport.recycle(msg.arrays)
         self.versions[policy] = msg.meta["version"]
         self.pulling.discard(policy)
 

@@ -2,18 +2,23 @@
 
 A collector steps `num_envs` copies of an environment; every step writes one row per copy per
 agent into preallocated arrays. At the end of a fragment the rows of all agents that act with
-the same policy are joined into that policy's batch, with the column names of DESIGN.md §3.
+the same policy form that policy's batch, with the column names of DESIGN.md §3.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..comm.packing import PackedBatch, allocate_packed, merge_leading
 from ..core import Batch
 
 
 class FragmentBuilder:
-    """Accumulates `length` vector steps of every agent, then hands out per-policy batches."""
+    """Accumulates `length` vector steps of every agent, then hands out per-policy batches.
+
+    Each policy's columns live packed in one buffer, laid out [agent, env copy, step], so that
+    the finished batch is a reshape (no copy) and travels as one MPI message.
+    """
 
     def __init__(
         self,
@@ -29,34 +34,43 @@ class FragmentBuilder:
         self.length = length
         self.num_envs = num_envs
         self.t = 0
-        self.columns: dict[str, Batch] = {}
+        self.members = {p: [a for a in agents if policy_of[a] == p] for p in policy_of.values()}
+        self.slot = {a: (policy_of[a], self.members[policy_of[a]].index(a)) for a in agents}
+        self.columns: dict[str, PackedBatch] = {}
         self.reset()
 
     def reset(self) -> None:
-        """Fresh arrays: the previous ones now belong to in-flight sends."""
-        shape = (self.length, self.num_envs)
+        """Fresh buffers: the previous ones now belong to in-flight sends."""
         self.t = 0
-        self.columns = {
-            agent: {
-                "observations": np.empty(shape + (self.obs_dims[agent],), np.float32),
-                "actions": np.empty(shape, np.int64),
-                "rewards": np.empty(shape, np.float32),
-                "next_observations": np.empty(shape + (self.obs_dims[agent],), np.float32),
-                "terminations": np.empty(shape, np.bool_),
-                "truncations": np.empty(shape, np.bool_),
-                "agent_id": np.full(shape, i, np.int16),
-                "episode_id": np.empty(shape, np.int64),
-                "step": np.empty(shape, np.int32),
-                "policy_version": np.empty(shape, np.int64),
-            }
-            for i, agent in enumerate(self.agents)
-        }
+        self.columns = {p: self._allocate(p) for p in self.members}
+
+    def _allocate(self, policy: str) -> PackedBatch:
+        agents = self.members[policy]
+        lead = (len(agents), self.num_envs, self.length)
+        obs = lead + (self.obs_dims[agents[0]],)
+        specs = [
+            ("observations", "<f4", obs),
+            ("actions", "<i8", lead),
+            ("rewards", "<f4", lead),
+            ("next_observations", "<f4", obs),
+            ("terminations", "|b1", lead),
+            ("truncations", "|b1", lead),
+            ("agent_id", "<i2", lead),
+            ("episode_id", "<i8", lead),
+            ("step", "<i4", lead),
+            ("policy_version", "<i8", lead),
+        ]
+        columns = allocate_packed(specs)
+        for j, agent in enumerate(agents):
+            columns["agent_id"][j] = self.agents.index(agent)
+        return columns
 
     def add(self, agent: str, rows: dict[str, np.ndarray | int]) -> None:
         """Write this step's rows of one agent (arrays of length num_envs, or scalars)."""
-        columns = self.columns[agent]
+        policy, j = self.slot[agent]
+        columns = self.columns[policy]
         for name, value in rows.items():
-            columns[name][self.t] = value
+            columns[name][j, :, self.t] = value
 
     def advance(self) -> bool:
         """Close the current step; True when the fragment is full."""
@@ -64,20 +78,5 @@ class FragmentBuilder:
         return self.t == self.length
 
     def batches(self) -> dict[str, Batch]:
-        """One batch per policy: every agent's rows, time-major per env copy, agents joined."""
-        by_policy: dict[str, list[Batch]] = {}
-        for agent in self.agents:
-            flat = {name: _flatten(a) for name, a in self.columns[agent].items()}
-            by_policy.setdefault(self.policy_of[agent], []).append(flat)
-        return {policy: _join(parts) for policy, parts in by_policy.items()}
-
-
-def _flatten(array: np.ndarray) -> np.ndarray:
-    """[T, E, ...] -> [E*T, ...] so that each env copy's steps stay consecutive."""
-    return np.ascontiguousarray(array.swapaxes(0, 1)).reshape((-1,) + array.shape[2:])
-
-
-def _join(parts: list[Batch]) -> Batch:
-    if len(parts) == 1:
-        return parts[0]
-    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+        """One batch per policy: rows ordered by agent, then env copy, then step."""
+        return {policy: merge_leading(columns, 3) for policy, columns in self.columns.items()}

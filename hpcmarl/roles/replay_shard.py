@@ -98,6 +98,7 @@ class ReplayShard(Role):
             assert msg.arrays is not None
             self.tables[policy].insert(msg.arrays)
             self.limiters[policy].on_insert(len(msg.arrays["rewards"]))
+            self.transport.recycle(msg.arrays)
             self.send("credit", msg.src, {"n": 1})
             inserted += 1
         return inserted > 0

@@ -12,6 +12,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from hpcmarl.comm.packing import allocate_packed
 from hpcmarl.comm.protocol import Message
 from hpcmarl.comm.transport import MpiTransport
 
@@ -27,7 +28,16 @@ def payloads(rng: np.random.Generator) -> list[dict[str, np.ndarray]]:
         },
         {"empty": np.zeros((0, 3), np.float64), "one": np.array([7], np.uint8)},
         {"big": rng.integers(0, 255, 3_000_001, dtype=np.uint8)},
+        packed_batch(rng),
     ]
+
+
+def packed_batch(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Columns filled in place in one packed buffer, as collectors build fragments."""
+    columns = allocate_packed([("observations", "<f4", (3, 50_000)), ("step", "<i4", (3,))])
+    columns["observations"][...] = rng.standard_normal((3, 50_000))
+    columns["step"][...] = [1, 2, 3]
+    return columns
 
 
 def main() -> int:
@@ -55,9 +65,11 @@ def main() -> int:
             elif rank != 0:
                 transport.send(Message("not_newer", msg.dst, msg.src, msg.meta))
     ok = len(got) == 2 * expected
-    for j, msg in enumerate(got):
+    position: dict[str, int] = {}
+    for msg in got:
+        j = position[msg.src] = position.get(msg.src, -1) + 1
         i = msg.meta["i"] if "i" in msg.meta else msg.meta["n"]
-        ok &= i == (j // 2) % len(sent)  # per-source order: bulk i, then control i
+        ok &= i == j // 2  # per-source order: bulk i, then control i
         if msg.arrays is not None:
             for name, array in sent[i].items():
                 ok &= array.dtype == msg.arrays[name].dtype
