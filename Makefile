@@ -16,3 +16,4 @@ test: setup
 lint: setup
 	.venv/bin/ruff check hpcmarl tests tools
 	.venv/bin/ruff format --check hpcmarl tests tools
+	.venv/bin/mypy hpcmarl

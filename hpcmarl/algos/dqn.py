@@ -164,7 +164,7 @@ class QActor:
         explore = rng.random(size) < epsilon
         n_explore = int(np.count_nonzero(explore))
         if n_explore == size:
-            return rng.integers(self.n_actions, size=size, dtype=np.int64)
+            return np.asarray(rng.integers(self.n_actions, size=size, dtype=np.int64))
         actions = self.greedy(obs)
         if n_explore:
             actions[explore] = rng.integers(self.n_actions, size=n_explore, dtype=np.int64)

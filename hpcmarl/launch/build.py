@@ -155,6 +155,7 @@ def build_collector(
     keys = {p: policy_key(cfg.agents.strategy_spec_id, p) for p in spec.policies}
 
     evaluations = itertools.count()
+    restarts = itertools.count(7_919, 7_919)
 
     def make_eval_env(episodes: int) -> Any:
         # New start states each evaluation, reproducible from the job seed.
@@ -173,4 +174,5 @@ def build_collector(
         cfg.collector.weight_sync_fragments,
         seed,
         make_eval_env,
+        remake_env=lambda: make_vector_env(cfg.env, cfg.env.num_envs, seed + next(restarts)),
     )

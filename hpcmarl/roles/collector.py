@@ -23,6 +23,8 @@ from .acting import act_all
 from .evaluation import Evaluation
 from .fragment import FragmentBuilder
 
+MAX_ENV_FAILURES = 3
+
 
 class Collector(Role):
     """Runs one vector environment (all agents) and feeds the replay shards."""
@@ -43,11 +45,14 @@ class Collector(Role):
         sync_every: int,
         seed: int,
         make_eval_env: Callable[[int], Any],
+        remake_env: Callable[[], Any] | None = None,
     ) -> None:
         super().__init__(name, transport)
         self.env, self.actors, self.policy_of = env, actors, policy_of
         self.keys, self.ps_of_policy, self.shards = keys, ps_of_policy, shards
         self.sync_every, self.make_eval_env = sync_every, make_eval_env
+        self.remake_env = remake_env
+        self.env_failures = 0
         self.rng = np.random.default_rng(seed)
         obs_dims = {a: env.obs_dim(a) for a in env.agents}
         self.fragment = FragmentBuilder(
@@ -118,7 +123,11 @@ class Collector(Role):
     def step_env(self, epsilon: float) -> None:
         """One step of every env copy; a full fragment moves to the outbox."""
         actions = act_all(self.actors, self.policy_of, self.obs, epsilon, self.rng)
-        step = self.env.step(actions)
+        try:
+            step = self.env.step(actions)
+        except Exception as err:  # noqa: BLE001 - an environment may fail; the task is lost
+            self.abandon_task(err)
+            return
         for agent in self.env.agents:
             policy = self.policy_of[agent]
             self.fragment.add(
@@ -139,11 +148,30 @@ class Collector(Role):
         self.obs = step.observations
         self.env_steps += self.env.num_envs
         if self.fragment.advance():
+            self.env_failures = 0
             self.outbox.extend(self.fragment.batches().items())
             self.fragment.reset()
             self.fragments_sent += 1
             if self.fragments_sent % self.sync_every == 0:
                 self.pull_weights()
+
+    def abandon_task(self, err: Exception) -> None:
+        """notify_fail: report the lost task, start a fresh environment, ask for new work.
+
+        A collector whose environment keeps failing (MAX_ENV_FAILURES in a row without one
+        complete fragment) raises, which ends the job with the cause.
+        """
+        self.env_failures += 1
+        if self.remake_env is None or self.env_failures >= MAX_ENV_FAILURES:
+            raise RuntimeError(f"environment failed {self.env_failures} time(s): {err!r}") from err
+        assert self.task is not None
+        cause = f"{type(err).__name__}: {err}"
+        self.send("task_failed", "commander", {"task_id": self.task["task_id"], "cause": cause})
+        self.env = self.remake_env()
+        self.obs = self.env.reset()
+        self.fragment.reset()
+        self.episodes.restart()
+        self.task = None
 
     def ship_fragments(self) -> bool:
         """Send waiting batches to shards with credit, in round robin; False when none has."""
@@ -212,6 +240,14 @@ class EpisodeTracker:
         self.returns = np.zeros(num_envs, np.float64)
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
+
+    def restart(self) -> None:
+        """Fresh episodes in every copy (their environment was recreated)."""
+        n = len(self.ids)
+        self.ids = self.base + self.count + np.arange(n, dtype=np.int64)
+        self.count += n
+        self.lengths[:] = 0
+        self.returns[:] = 0.0
 
     def start_task(self) -> None:
         self.finished_returns, self.finished_lengths = [], []

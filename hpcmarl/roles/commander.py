@@ -133,7 +133,7 @@ class Commander(Role):
                 "fragments": col.fragments_per_task,
                 "epsilon": eps,
             }
-        self.running[task["task_id"]] = collector
+        self.running[str(task["task_id"])] = collector
         return task
 
     def grant_learner_tasks(self) -> bool:

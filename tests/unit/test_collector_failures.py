@@ -1,0 +1,72 @@
+"""notify_fail: a collector whose environment raises reports the lost task and carries on,
+and the commander releases that task's space; an environment that keeps failing ends the job."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcmarl.comm.protocol import Message
+from hpcmarl.comm.transport import LocalTransport
+from hpcmarl.config.schema import JobConfig
+from hpcmarl.launch.build import build_collector, probe_env
+from hpcmarl.launch.topology import build_topology
+from hpcmarl.metrics import MetricsSink
+from hpcmarl.roles.commander import Commander
+
+
+class FailingSteps:
+    """A real vector env whose `step` raises on chosen calls (fault injection)."""
+
+    def __init__(self, env, fail_on: set[int]) -> None:
+        self.env, self.fail_on, self.calls = env, fail_on, 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.env, name)
+
+    def step(self, actions):
+        self.calls += 1
+        if self.calls in self.fail_on:
+            raise ValueError(f"env broke at step {self.calls}")
+        return self.env.step(actions)
+
+
+def setup(tmp_path, fail_on: set[int]):
+    cfg = JobConfig()
+    cfg.topology.collectors, cfg.topology.learners, cfg.topology.replay_shards = 1, 1, 1
+    spec = probe_env(cfg)
+    topology = build_topology(1, cfg.topology, spec.policies)
+    transport = LocalTransport(topology.rank_of, 0)
+    commander = Commander(
+        transport, cfg, topology, MetricsSink(str(tmp_path), open("/dev/null", "w"))
+    )
+    collector = build_collector(cfg, spec, topology, transport, "collector0")
+    collector.env = FailingSteps(collector.env, fail_on)
+    transport.register("replay0")
+    transport.register("ps0")
+    transport.send(Message("credit", "replay0", "collector0", {"n": 100}))
+    return commander, collector
+
+
+def test_env_failure_releases_task_space_and_collector_continues(tmp_path) -> None:
+    commander, collector = setup(tmp_path, fail_on={5})
+    for _ in range(20):
+        collector.poll()
+        commander.poll()
+    assert commander.collector_space.used == 1  # the failed task was released, a new one runs
+    assert collector.env_failures == 1 and collector.task is not None
+    rows = (tmp_path / "metrics.jsonl").read_text()
+    assert "task_failed" in rows and "env broke at step 5" in rows
+    steps_before = collector.env_steps
+    for _ in range(10):
+        collector.poll()
+    assert collector.env_steps > steps_before
+
+
+def test_env_that_keeps_failing_ends_the_collector(tmp_path) -> None:
+    commander, collector = setup(tmp_path, fail_on=set())
+    collector.remake_env = lambda: FailingSteps(collector.env.env, fail_on=set(range(1, 100)))
+    collector.env = FailingSteps(collector.env.env, fail_on=set(range(1, 100)))
+    with pytest.raises(RuntimeError, match="environment failed 3 time"):
+        for _ in range(50):
+            collector.poll()
+            commander.poll()
