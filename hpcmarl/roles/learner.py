@@ -71,7 +71,6 @@ class Learner(Role):
         self.ps_of_policy = ps_of_policy
         self.prioritized = prioritized
         self.task: dict | None = None
-        self.asked = False
         self.started = False
 
     def work(self) -> bool:
@@ -90,13 +89,6 @@ class Learner(Role):
             self.finish_task()
             progressed = True
         return progressed
-
-    def ask_for_task(self) -> bool:
-        if self.asked:
-            return False
-        self.asked = True
-        self.send("task_request", "commander")
-        return True
 
     def handle_task(self, msg: Message) -> None:
         self.task, self.asked = msg.meta, False

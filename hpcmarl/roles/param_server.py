@@ -7,8 +7,6 @@ costs one small reply, not a weight transfer.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ..comm.protocol import Message
@@ -41,14 +39,12 @@ class ParameterServer(Role):
     """Holds the weight tables of the policies the topology assigned to it."""
 
     kind = "param_server"
-    stats_interval_s = 1.0
 
     def __init__(self, name: str, transport: LocalTransport, keys: list[str]) -> None:
         super().__init__(name, transport)
         self.tables = {key: WeightTable() for key in keys}
         self.pushes = 0
         self.pulls = 0
-        self._last_stats = 0.0
 
     def handle_weights_push(self, msg: Message) -> None:
         assert msg.arrays is not None
@@ -69,12 +65,7 @@ class ParameterServer(Role):
         self.finish()
 
     def work(self) -> bool:
-        now = time.monotonic()
-        if now - self._last_stats < self.stats_interval_s:
-            return False
-        self._last_stats = now
-        self.send("stats", "commander", self.counters())
-        return True
+        return self.report_stats()
 
     def counters(self) -> dict:
         versions = {key: table.version for key, table in self.tables.items()}

@@ -9,7 +9,6 @@ asks for one batch at a time; the request waits here until the limiter allows a 
 
 from __future__ import annotations
 
-import time
 from collections import deque
 
 from ..comm.protocol import Message
@@ -24,7 +23,6 @@ class ReplayShard(Role):
     """Holds replay tables and serves inserts and samples under a rate limiter."""
 
     kind = "replay_shard"
-    stats_interval_s = 1.0
 
     def __init__(
         self,
@@ -55,7 +53,6 @@ class ReplayShard(Role):
         self.pending_inserts: deque[Message] = deque()
         self.pending_samples: deque[Message] = deque()
         self.samples_served = 0
-        self._last_stats = 0.0
         self.collectors = collectors
 
     def start(self) -> None:
@@ -121,14 +118,6 @@ class ReplayShard(Role):
             served += 1
         self.samples_served += served
         return served > 0
-
-    def report_stats(self) -> bool:
-        now = time.monotonic()
-        if now - self._last_stats < self.stats_interval_s:
-            return False
-        self._last_stats = now
-        self.send("stats", "commander", self.counters())
-        return True
 
     def counters(self) -> dict:
         return {
