@@ -6,9 +6,11 @@ runs this same command; without it one process hosts every role.
 
 from __future__ import annotations
 
+import os
 import sys
 
 USAGE = """usage: python -m hpcmarl [train] [JOB.yaml] [key=value ...]
+       python -m hpcmarl resume RUN_DIR [key=value ...]   continue from the newest checkpoint
        python -m hpcmarl --explain        every job key with its type, default and meaning
 
 examples:
@@ -26,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
 
         print(explain())
         return 0
+    if args and args[0] == "resume":
+        return resume(args[1:])
     if args and args[0] == "train":
         args = args[1:]
     job_path = args[0] if args and "=" not in args[0] else None
@@ -33,6 +37,30 @@ def main(argv: list[str] | None = None) -> int:
     from .launch.run import run_job
 
     return run_job(job_path, overrides)
+
+
+def resume(args: list[str]) -> int:
+    """`resume RUN_DIR [key=value ...]`: the run's own job, with only resumable changes."""
+    from .errors import UserError
+    from .launch.run import run_job
+    from .roles.coordinator import RESUMABLE_CHANGES
+
+    if not args or "=" in args[0]:
+        print("usage: python -m hpcmarl resume RUN_DIR [key=value ...]", file=sys.stderr)
+        return UserError.exit_code
+    run_dir, overrides = args[0], args[1:]
+    job = os.path.join(run_dir, "config.yaml")
+    refused = [o for o in overrides if not o.split("=", 1)[0].startswith(RESUMABLE_CHANGES)]
+    problem = "" if os.path.isfile(job) else f"{run_dir} holds no config.yaml: not a run directory"
+    if refused:
+        problem = (
+            f"{', '.join(refused)} cannot change on resume; fix: change only "
+            f"{', '.join(RESUMABLE_CHANGES)}, or start a new run"
+        )
+    if problem:
+        print(f"hpcmarl: error: {problem}", file=sys.stderr)
+        return UserError.exit_code
+    return run_job(job, [*overrides, f"runtime.run_dir={run_dir}"])
 
 
 if __name__ == "__main__":

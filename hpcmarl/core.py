@@ -40,14 +40,20 @@ class Role:
         self.transport = transport
         self.inbox: deque[Message] = transport.register(name)
         self.finished = False
+        self.exit_code = 0
         self.polls = 0
         self.asked = False
         self._last_report = 0.0
+        self.sent_bulk: dict[str, int] = {}
+        self.received_bulk: dict[str, int] = {}
+        self.checkpoint_request: dict[str, Any] | None = None
 
     def send(
         self, kind: str, dst: str, meta: dict[str, Any] | None = None, arrays: Batch | None = None
     ) -> None:
         assert kind in KINDS, f"unknown message kind {kind}"
+        if arrays is not None:
+            self.sent_bulk[dst] = self.sent_bulk.get(dst, 0) + 1
         self.transport.send(Message(kind, self.name, dst, meta or {}, arrays))
 
     def start(self) -> None:
@@ -59,11 +65,45 @@ class Role:
         handled = 0
         while self.inbox and handled < self.max_messages_per_poll and not self.finished:
             msg = self.inbox.popleft()
+            if msg.arrays is not None:
+                self.received_bulk[msg.src] = self.received_bulk.get(msg.src, 0) + 1
             getattr(self, f"handle_{msg.kind}")(msg)
             handled += 1
         if self.finished:
             return handled > 0
+        if self.checkpoint_request is not None and self.write_checkpoint_when_ready():
+            return True
         return self.work() or handled > 0
+
+    # -- coordinated checkpoints ------------------------------------------------------------
+    def handle_checkpoint(self, msg: Message) -> None:
+        self.checkpoint_request = msg.meta
+
+    def write_checkpoint_when_ready(self) -> bool:
+        """Write this role's part once every bulk message sent to it before the cut arrived.
+
+        The commander knows how many batches, priorities and weight pushes each producer sent
+        here before it quiesced; waiting for exactly those makes every role's file part of one
+        consistent cut, with nothing in flight left out.
+        """
+        from .storage.checkpoint import write_role_state
+
+        request = self.checkpoint_request
+        assert request is not None
+        expected = request.get("expect", {}).get(self.name, {})
+        if any(self.received_bulk.get(src, 0) < n for src, n in expected.items()):
+            return False
+        record = write_role_state(request["run_dir"], request["id"], self.name, self.state())
+        self.send("checkpointed", "commander", {"id": request["id"], "record": vars(record)})
+        self.checkpoint_request = None
+        return True
+
+    def state(self) -> dict[str, Any]:
+        """Everything this role needs to continue as if never stopped (a tree for HDF5)."""
+        return {"sent_bulk": dict(self.sent_bulk), "received_bulk": dict(self.received_bulk)}
+
+    def load_state(self, tree: dict[str, Any]) -> None:
+        """Restore what `state()` saved; message counters restart, the peers are new."""
 
     def ask_for_task(self) -> bool:
         """Ask the commander for work, once: the request stays queued there until granted."""
@@ -89,6 +129,12 @@ class Role:
     def work(self) -> bool:
         """One bounded step of the role's own work; True when something happened."""
         return False
+
+    def handle_stop(self, msg: Message) -> None:
+        """Acknowledge with our counters and stop; the run's exit code becomes ours too."""
+        self.exit_code = int(msg.meta.get("exit_code", 0))
+        self.send("stopped", msg.src, self.counters())
+        self.finish()
 
     def finish(self) -> None:
         """Stop for good: receive nothing more."""

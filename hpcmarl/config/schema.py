@@ -128,6 +128,22 @@ class CommanderConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    """Coordinated HDF5 checkpoints under `RUN_DIR/checkpoints/`."""
+
+    interval_s: float = 300.0
+    """Seconds of training between periodic checkpoints; 0 disables the periodic ones."""
+    every_updates: int = 0
+    """Also checkpoint every this many learner updates (summed over learners); 0 disables it."""
+    keep: int = 3
+    """Complete checkpoints kept; older ones are deleted."""
+    at_end: bool = True
+    """Write a checkpoint when the run ends (stop value, step budget, wall-time limit)."""
+    timeout_s: float = 120.0
+    """Seconds the commander waits for every role to write its part before failing the run."""
+
+
+@dataclass
 class TopologyConfig:
     """How many of each role the job wants; placement on ranks follows from the world size."""
 
@@ -178,6 +194,8 @@ class JobConfig:
     """Collection."""
     commander: CommanderConfig = field(default_factory=CommanderConfig)
     """Schedule and stop."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpoints."""
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     """Role counts."""
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)

@@ -24,6 +24,7 @@ from ..errors import UserError
 from ..testing import faults
 from . import signals
 from .build import EnvSpec, build_roles, probe_env
+from .resume import find_resume_point, restore_roles
 from .topology import Topology, build_topology
 
 MPI_ENV_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS")
@@ -42,6 +43,7 @@ class Plan:
     spec: EnvSpec
     topology: Topology
     run_dir: str
+    resume_id: str | None = None
 
 
 def run_job(job_path: str | None, overrides: list[str]) -> int:
@@ -78,27 +80,29 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], world_size: int) -
         cfg = load_job(job_path, overrides)
         spec = probe_env(cfg)
         build_topology(world_size, cfg.topology, spec.policies)
-        run_dir = prepare_run_dir(cfg)
+        run_dir = choose_run_dir(cfg)
+        resume_id = find_resume_point(cfg, run_dir)
+        save_resolved(cfg, os.path.join(run_dir, "config.yaml"))
     except UserError as err:
         return ("error", err.message())
-    return ("ok", (job_to_dict(cfg), spec, run_dir))
+    return ("ok", (job_to_dict(cfg), spec, run_dir, resume_id))
 
 
-def prepare_run_dir(cfg: JobConfig) -> str:
+def choose_run_dir(cfg: JobConfig) -> str:
+    """The job's run directory (created), `runs/<name>-<timestamp>` unless the job names one."""
     run_dir = cfg.runtime.run_dir or os.path.join(
         "runs", f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
     os.makedirs(run_dir, exist_ok=True)
     cfg.runtime.run_dir = run_dir
-    save_resolved(cfg, os.path.join(run_dir, "config.yaml"))
     return run_dir
 
 
 def expand_plan(payload: tuple, world_size: int) -> Plan:
-    cfg_dict, spec, run_dir = payload
+    cfg_dict, spec, run_dir, resume_id = payload
     cfg = job_from_dict(cfg_dict)
     topology = build_topology(world_size, cfg.topology, spec.policies)
-    return Plan(cfg, spec, topology, run_dir)
+    return Plan(cfg, spec, topology, run_dir, resume_id)
 
 
 def run_rank(plan: Plan, comm: Any, rank: int) -> int:
@@ -110,6 +114,8 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
         roles = build_roles(plan.cfg, plan.spec, plan.topology, transport, group_comm, plan.run_dir)
         if rank == 0:
             print(plan.topology.format(), flush=True)
+        if plan.resume_id is not None:
+            restore_roles(roles, plan.run_dir, plan.resume_id)
         poll_until_finished(roles, transport, plan.cfg, current)
         transport.finish(plan.cfg.runtime.shutdown_timeout_s)
         return exit_code_of(roles)

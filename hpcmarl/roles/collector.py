@@ -22,6 +22,7 @@ from ..core import Batch, Role
 from .acting import act_all
 from .evaluation import Evaluation
 from .fragment import FragmentBuilder
+from .state_tree import restore_rng, rng_state
 
 MAX_ENV_FAILURES = 3
 
@@ -105,9 +106,21 @@ class Collector(Role):
     def handle_not_newer(self, msg: Message) -> None:
         self.pulling.discard(self.policy_of_key(msg.meta["key"]))
 
-    def handle_stop(self, msg: Message) -> None:
-        self.send("stopped", msg.src, {"role": self.name, "env_steps": self.env_steps})
-        self.finish()
+    def counters(self) -> dict:
+        return {"role": self.name, "env_steps": self.env_steps}
+
+    def state(self) -> dict:
+        """Counters, RNG and episode bookkeeping; environments cannot be saved, so a resumed
+        collector starts fresh episodes (with new ids) and pulls weights first."""
+        e = self.episodes
+        episodes = {"ids": e.ids, "count": e.count, "env_steps": self.env_steps}
+        return {**super().state(), "rng": rng_state(self.rng), "episodes": episodes}
+
+    def load_state(self, tree: dict) -> None:
+        restore_rng(self.rng, tree["rng"])
+        self.episodes.count = int(tree["episodes"]["count"])
+        self.episodes.restart()
+        self.env_steps = int(tree["episodes"]["env_steps"])
 
     def policy_of_key(self, key: str) -> str:
         return key.split("/", 1)[1]
@@ -158,7 +171,8 @@ class Collector(Role):
             raise RuntimeError(f"environment failed {self.env_failures} time(s): {err!r}") from err
         assert self.task is not None
         cause = f"{type(err).__name__}: {err}"
-        self.send("task_failed", "commander", {"task_id": self.task["task_id"], "cause": cause})
+        meta = {"task_id": self.task["task_id"], "cause": cause, "sent_bulk": self.sent_bulk}
+        self.send("task_failed", "commander", meta)
         self.env = self.remake_env()
         self.obs = self.env.reset()
         self.fragment.reset()
@@ -205,7 +219,11 @@ class Collector(Role):
             return True
         stats = self.evaluation.summary()
         stats["versions"] = dict(self.versions)
-        self.send("task_done", "commander", {"task_id": self.task["task_id"], "eval": stats})
+        self.send(
+            "task_done",
+            "commander",
+            {"task_id": self.task["task_id"], "eval": stats, "sent_bulk": self.sent_bulk},
+        )
         self.task, self.evaluation = None, None
         return True
 
@@ -216,7 +234,11 @@ class Collector(Role):
             env_steps=self.task["fragments"] * self.fragment.length * self.env.num_envs,
             versions=dict(self.versions),
         )
-        self.send("task_done", "commander", {"task_id": self.task["task_id"], "collect": stats})
+        self.send(
+            "task_done",
+            "commander",
+            {"task_id": self.task["task_id"], "collect": stats, "sent_bulk": self.sent_bulk},
+        )
         self.task = None
         return True
 

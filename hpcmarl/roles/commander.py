@@ -20,8 +20,12 @@ from ..core import Role
 from ..launch import signals
 from ..launch.topology import Topology
 from ..metrics import MetricsSink
+from .coordinator import CheckpointCoordinator
 from .run_stats import RunStats
 from .task_space import TaskSpace, linear_epsilon, new_task_id
+
+EXIT_CHECKPOINTED = 75
+"""Exit code of a run stopped by a signal after writing its checkpoint: requeue and resume."""
 
 
 class Commander(Role):
@@ -51,14 +55,21 @@ class Commander(Role):
         self.exit_code = 0
         self.awaiting_ack: set[str] = set()
         self.phase_started = time.monotonic()
+        self.checkpoints = CheckpointCoordinator(self)
 
     # -- the loop -------------------------------------------------------------------------
     def work(self) -> bool:
         progressed = False
-        if self.phase == "running":
+        if self.phase == "running" and self.checkpoints.active:
+            self.check_signals()
+            progressed = self.checkpoints.poll()
+        elif self.phase == "running":
             self.check_stop_conditions()
-            progressed = self.grant_collector_tasks()
-            progressed = self.grant_learner_tasks() or progressed
+            if self.checkpoints.due(self.stats.total_updates()):
+                self.checkpoints.begin()
+            if self.phase == "running" and not self.checkpoints.active:
+                progressed = self.grant_collector_tasks()
+                progressed = self.grant_learner_tasks() or progressed
         if self.phase == "draining" and self.drained():
             self.stop_roles(
                 self.learners
@@ -81,6 +92,7 @@ class Commander(Role):
 
     def handle_task_done(self, msg: Message) -> None:
         role = self.running.pop(msg.meta["task_id"], msg.src)
+        self.checkpoints.note_sent(role, msg.meta.get("sent_bulk", {}))
         if self.topology.kind_of[role] == "collector":
             self.collector_space.release()
             if "eval" in msg.meta:
@@ -94,9 +106,13 @@ class Commander(Role):
     def handle_task_failed(self, msg: Message) -> None:
         """notify_fail: the task's space is released and the failure recorded."""
         role = self.running.pop(msg.meta["task_id"], msg.src)
+        self.checkpoints.note_sent(role, msg.meta.get("sent_bulk", {}))
         space = self.collector_space if self.topology.kind_of[role] == "collector" else None
         (space or self.learner_space).release()
         self.sink.record("task_failed", {"role": role, **msg.meta})
+
+    def handle_checkpointed(self, msg: Message) -> None:
+        self.checkpoints.on_checkpointed(msg.src, msg.meta)
 
     def handle_stats(self, msg: Message) -> None:
         self.stats.on_role_stats(msg.meta)
@@ -193,26 +209,44 @@ class Commander(Role):
         )
         target = self.cfg.commander.stop_value
         if target is not None and value >= target and self.phase == "running":
-            self.begin_stop(f"stop_value reached (eval return {value:.1f} >= {target:g})")
+            self.request_stop(f"stop_value reached (eval return {value:.1f} >= {target:g})")
 
     def check_stop_conditions(self) -> None:
         c = self.cfg.commander
+        if self.check_signals():
+            return
         if self.stats.env_steps >= c.max_env_steps:
-            self.begin_stop("step budget reached")
+            self.request_stop("step budget reached")
         elif c.max_wall_time_s and self.stats.elapsed() >= c.max_wall_time_s:
-            self.begin_stop("wall-time limit reached")
-        elif signals.requested():
-            self.begin_stop(f"interrupted by {signals.requested()}", exit_code=3)
+            self.request_stop("wall-time limit reached")
+
+    def check_signals(self) -> bool:
+        """Slurm's warning (USR1), preemption (TERM) or Ctrl-C: checkpoint, then stop with 75."""
+        if not signals.requested():
+            return False
+        reason = f"interrupted by {signals.requested()}; checkpointed at the time limit"
+        self.checkpoints.begin(then=(reason, EXIT_CHECKPOINTED))
+        return True
+
+    def request_stop(self, reason: str) -> None:
+        """Stop, after a final checkpoint when the job asks for one."""
+        if self.cfg.checkpoint.at_end:
+            self.checkpoints.begin(then=(reason, 0))
+        else:
+            self.begin_stop(reason)
 
     def begin_stop(self, reason: str, exit_code: int = 0) -> None:
         self.stop_reason, self.exit_code = reason, exit_code
-        for shard in self.topology.names("replay_shard"):
-            self.send("relax", shard)
+        self.relax_shards(True)
         self.stop_roles(self.collectors, next_phase="draining")
+
+    def relax_shards(self, on: bool) -> None:
+        for shard in self.topology.names("replay_shard"):
+            self.send("relax", shard, {"on": on})
 
     def stop_roles(self, roles: list[str], next_phase: str) -> None:
         for role in roles:
-            self.send("stop", role, {"reason": self.stop_reason})
+            self.send("stop", role, {"reason": self.stop_reason, "exit_code": self.exit_code})
         self.awaiting_ack |= set(roles)
         self.phase, self.phase_started = next_phase, time.monotonic()
 
@@ -246,6 +280,17 @@ class Commander(Role):
         )
         self.sink.say(line)
         self.finish()
+
+    def state(self) -> dict:
+        return {"stats": self.stats.state(), "checkpoints": list(self.checkpoints.taken)}
+
+    def load_state(self, tree: dict) -> None:
+        self.stats.load_state(tree["stats"])
+        self.checkpoints.taken = list(tree["checkpoints"])
+        self.sink.say(
+            f"hpcmarl: resumed from checkpoint {self.checkpoints.taken[-1]} at "
+            f"{self.stats.env_steps} env steps"
+        )
 
     def report_progress(self, force: bool = False) -> bool:
         now = time.monotonic()

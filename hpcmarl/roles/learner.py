@@ -19,6 +19,7 @@ from ..comm.protocol import Message
 from ..comm.transport import LocalTransport
 from ..config.schema import LearnerConfig
 from ..core import Role
+from .state_tree import flatten, nest
 
 TRAIN_COLUMNS = (
     "observations",
@@ -171,7 +172,13 @@ class Learner(Role):
         for trainer in self.trainers.values():
             self.push_weights(trainer)
         self.send(
-            "task_done", "commander", {"task_id": self.task["task_id"], "stats": self.task_stats()}
+            "task_done",
+            "commander",
+            {
+                "task_id": self.task["task_id"],
+                "stats": self.task_stats(),
+                "sent_bulk": self.sent_bulk,
+            },
         )
         self.task = None
 
@@ -186,6 +193,25 @@ class Learner(Role):
                 "version": trainer.pushes,
             }
         return {"role": self.name, "policies": per_policy}
+
+    def state(self) -> dict:
+        import torch
+
+        policies = {
+            p: {"algo": nest(t.algo.state_dict()), "pushes": t.pushes}
+            for p, t in self.trainers.items()
+        }
+        rng = torch.get_rng_state().numpy()
+        return {**super().state(), "policies": policies, "torch_rng": rng}
+
+    def load_state(self, tree: dict) -> None:
+        import torch
+
+        for policy, entry in tree["policies"].items():
+            trainer = self.trainers[policy]
+            trainer.algo.load_state_dict(flatten(entry["algo"]))
+            trainer.pushes = int(entry["pushes"])
+        torch.set_rng_state(torch.from_numpy(np.array(tree["torch_rng"], dtype=np.uint8)))
 
     def updates(self) -> int:
         return sum(t.algo.updates for t in self.trainers.values())

@@ -60,12 +60,24 @@ class ParameterServer(Role):
         else:
             self.send("weights", msg.src, {"key": key, "version": version}, {"weights": weights})
 
-    def handle_stop(self, msg: Message) -> None:
-        self.send("stopped", msg.src, self.counters())
-        self.finish()
-
     def work(self) -> bool:
         return self.report_stats()
+
+    def state(self) -> dict:
+        tables: dict[str, dict] = {}
+        for key, table in self.tables.items():
+            spec, policy = key.split("/", 1)
+            entry: dict = {"version": table.version}
+            if table.weights is not None:
+                entry["weights"] = table.weights
+            tables.setdefault(spec, {})[policy] = entry
+        return {**super().state(), "tables": tables}
+
+    def load_state(self, tree: dict) -> None:
+        for spec, policies in tree["tables"].items():
+            for policy, entry in policies.items():
+                table = self.tables.setdefault(f"{spec}/{policy}", WeightTable())
+                table.weights, table.version = entry.get("weights"), int(entry["version"])
 
     def counters(self) -> dict:
         versions = {key: table.version for key, table in self.tables.items()}

@@ -17,6 +17,7 @@ from ..config.schema import ReplayConfig
 from ..core import Role
 from ..replay.rate_limiters import SampleToInsertRatio
 from ..replay.table import ReplayTable
+from .state_tree import flatten, nest
 
 
 class ReplayShard(Role):
@@ -71,12 +72,9 @@ class ReplayShard(Role):
         self.tables[msg.meta["policy"]].update_priorities(a["indices"], a["insert_ids"], a["td"])
 
     def handle_relax(self, msg: Message) -> None:
+        """Drain mode (shutdown, checkpoint): insert and sample without the ratio."""
         for limiter in self.limiters.values():
-            limiter.relax()
-
-    def handle_stop(self, msg: Message) -> None:
-        self.send("stopped", msg.src, self.counters())
-        self.finish()
+            limiter.relaxed = bool(msg.meta.get("on", True))
 
     def work(self) -> bool:
         progressed = self.insert_allowed_batches()
@@ -96,7 +94,8 @@ class ReplayShard(Role):
             self.tables[policy].insert(msg.arrays)
             self.limiters[policy].on_insert(len(msg.arrays["rewards"]))
             self.transport.recycle(msg.arrays)
-            self.send("credit", msg.src, {"n": 1})
+            if msg.src:  # batches restored from a checkpoint owe no credit
+                self.send("credit", msg.src, {"n": 1})
             inserted += 1
         return inserted > 0
 
@@ -118,6 +117,29 @@ class ReplayShard(Role):
             served += 1
         self.samples_served += served
         return served > 0
+
+    def state(self) -> dict:
+        pending = {
+            str(i): {"policy": m.meta["policy"], "columns": dict(m.arrays or {})}
+            for i, m in enumerate(self.pending_inserts)
+        }
+        return {
+            **super().state(),
+            "tables": {p: nest(t.state()) for p, t in self.tables.items()},
+            "limiters": {p: dict(lim.state()) for p, lim in self.limiters.items()},
+            "pending_inserts": pending,
+            "samples_served": self.samples_served,
+        }
+
+    def load_state(self, tree: dict) -> None:
+        for policy, table_state in tree["tables"].items():
+            self.tables[policy].load_state(flatten(table_state))
+            self.limiters[policy].load_state(tree["limiters"][policy])
+        for i in sorted(tree["pending_inserts"], key=int):
+            entry = tree["pending_inserts"][i]
+            meta = {"policy": entry["policy"]}
+            self.pending_inserts.append(Message("batch", "", self.name, meta, entry["columns"]))
+        self.samples_served = int(tree["samples_served"])
 
     def counters(self) -> dict:
         return {

@@ -6,6 +6,8 @@ import time
 from collections import deque
 from typing import Any
 
+import numpy as np
+
 
 class RunStats:
     """Env steps, episodes, updates, replay fill, versions and evaluations, as reported."""
@@ -22,6 +24,31 @@ class RunStats:
         self.replay: dict[str, dict[str, Any]] = {}
         self.eval_returns: list[float] = []
         self._last = (self.start, 0, 0)
+
+    def counters(self) -> dict[str, Any]:
+        return {
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "updates": self.total_updates(),
+            "time_s": round(self.elapsed(), 2),
+        }
+
+    def state(self) -> dict[str, Any]:
+        return {
+            **self.counters(),
+            "recent_returns": np.array(self.recent_returns, np.float64),
+            "eval_returns": np.array(self.eval_returns, np.float64),
+            "updates_by_learner": [[k, v] for k, v in self.updates.items()],
+        }
+
+    def load_state(self, tree: dict[str, Any]) -> None:
+        """Counters continue where they stopped; so does the training clock."""
+        self.env_steps, self.episodes = int(tree["env_steps"]), int(tree["episodes"])
+        self.recent_returns.extend(float(x) for x in tree["recent_returns"])
+        self.eval_returns = [float(x) for x in tree["eval_returns"]]
+        self.updates = {k: int(v) for k, v in tree["updates_by_learner"]}
+        self.start = time.monotonic() - float(tree["time_s"])
+        self._last = (time.monotonic(), self.env_steps, self.total_updates())
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
