@@ -1,0 +1,323 @@
+"""Trees of arrays in HDF5 files that survive a kill mid-write and can be opened from anywhere.
+
+A role's state is a tree: nested dicts become groups, numpy arrays become datasets, and every
+other leaf (ints of any size, floats, strings, bools, None, lists) goes into one JSON attribute
+of its group, because JSON keeps a 128-bit RNG state exact where an HDF5 integer cannot.
+
+Files are written to a temporary name in the target folder, fsynced and renamed over the
+target, so a reader sees the old file or the new one, never half of one. The default `libver`
+keeps them readable by Debian's h5dump 1.10; gzip + shuffle + fletcher32 is readable by every
+HDF5 build and lets a flipped bit surface as an error instead of a silently wrong weight.
+
+Reading trusts nothing: no pickles, no links followed, no data kept in other files. Every
+problem a user can cause (wrong path, damaged file, file from elsewhere) becomes one
+`StorageError` that names the file, the cause and the fix.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import h5py
+import numpy as np
+
+from ..errors import UserError
+
+SCHEMA_VERSION = 1
+"""Format version stamped on every group; a reader refuses files with a larger one."""
+
+Tree: TypeAlias = dict[
+    str, "Tree | np.ndarray | np.generic | int | float | str | bool | None | list[Any]"
+]
+
+ATTR_VERSION = "hpcmarl_schema_version"
+ATTR_TYPE = "hpcmarl_type"
+ATTR_JSON = "json_attrs"
+_RESERVED = (ATTR_VERSION, ATTR_TYPE, ATTR_JSON)
+_NUMERIC_KINDS = "biufc"  # bool, signed, unsigned, float, complex: what h5dump shows as numbers
+_FILTERS: dict[str, Any] = {
+    "chunks": True,
+    "compression": "gzip",
+    "compression_opts": 4,
+    "shuffle": True,
+    "fletcher32": True,
+}
+_DAMAGED_FIX = "the file is damaged: resume from an older checkpoint or use another copy of it"
+_FOREIGN_FIX = "give the path of an unedited file that hpcmarl wrote"
+
+
+class StorageError(UserError):
+    """A file hpcmarl cannot read back: missing, damaged, foreign or from a newer hpcmarl."""
+
+
+@dataclass
+class FileRecord:
+    """What a reader needs to tell the file it gets from the file that was written."""
+
+    name: str
+    size: int
+    sha256: str
+
+
+# -- atomic replacement ------------------------------------------------------------------------
+def fsync_dir(folder: str | Path) -> None:
+    """Make a rename in `folder` durable; filesystems that cannot fsync a folder are skipped."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if err.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a fresh temporary path beside `path`; once the body wrote it, it replaces `path`.
+
+    The temporary file is fsynced before the rename and the folder after it, so after a crash
+    `path` holds either its old bytes or all of the new ones. On an error the temporary file
+    is removed and `path` is untouched.
+    """
+    final = Path(path)
+    tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(final.parent)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Small files (manifests, pointers) get the same all-or-nothing guarantee as trees."""
+    with atomic_path(path) as tmp, open(tmp, "xb") as fh:
+        fh.write(data)
+
+
+def sha256_of(path: str | Path) -> str:
+    """Hex digest, read in 1 MiB blocks so that a replay file of many GiB needs no memory."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# -- writing -----------------------------------------------------------------------------------
+def write_tree_atomic(
+    path: str | Path, tree: Tree, kind: str, attrs: dict[str, Any] | None = None
+) -> FileRecord:
+    """Write `tree` to `path` all at once; `kind` tags the root so a reader can check it got
+    the file it expects, and `attrs` (str, bool, int64 or float values) become plain root
+    attributes that h5dump shows as they are."""
+    final = Path(path)
+    with atomic_path(final) as tmp, h5py.File(tmp, "w-") as f:
+        _stamp(f, kind)
+        for name, value in (attrs or {}).items():
+            f.attrs[name] = _checked_attr(name, value)
+        _write_group(f, tree, "/")
+    return FileRecord(final.name, final.stat().st_size, sha256_of(final))
+
+
+def _stamp(group: h5py.Group, hpcmarl_type: str) -> None:
+    group.attrs[ATTR_VERSION] = SCHEMA_VERSION
+    group.attrs[ATTR_TYPE] = hpcmarl_type
+
+
+def _checked_attr(name: str, value: Any) -> Any:
+    if name in _RESERVED:
+        raise ValueError(f"attribute name {name!r} is reserved for hpcmarl's own use")
+    if isinstance(value, (str, bool, float)):
+        return value
+    if isinstance(value, int) and -(2**63) <= value < 2**63:
+        return np.int64(value)
+    raise TypeError(f"root attribute {name!r} must be a str, bool, float or int64, not {value!r}")
+
+
+def _write_group(group: h5py.Group, tree: Tree, where: str) -> None:
+    leaves: dict[str, Any] = {}
+    for key, value in tree.items():
+        _check_key(key, where)
+        if isinstance(value, dict):
+            sub = group.create_group(key)
+            _stamp(sub, "tree")
+            _write_group(sub, value, f"{where}{key}/")
+        elif isinstance(value, (np.ndarray, np.generic)):
+            _write_array(group, key, value, where)
+        else:
+            _check_json(value, f"{where}{key}")
+            leaves[key] = value
+    group.attrs[ATTR_JSON] = json.dumps(leaves, default=_numpy_scalar_in_list)
+
+
+def _check_key(key: Any, where: str) -> None:
+    if not isinstance(key, str) or not key or "/" in key or key == ".":
+        raise ValueError(f"{where}: key {key!r} cannot name an HDF5 member; nest dicts instead")
+
+
+def _check_json(value: Any, where: str) -> None:
+    """Only values JSON brings back unchanged; lists may also hold numpy scalars (as numbers)."""
+    if value is None or isinstance(value, (bool, int, float, str, np.generic)):
+        if isinstance(value, np.generic) and value.dtype.kind not in _NUMERIC_KINDS[:-1]:
+            raise TypeError(f"{where}: a {value.dtype} scalar cannot be stored in JSON")
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_json(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        for k, item in value.items():
+            _check_json(item, f"{where}.{k}")
+        return
+    raise TypeError(f"{where}: cannot store a {type(value).__name__} in an hpcmarl tree")
+
+
+def _numpy_scalar_in_list(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"cannot store a {type(value).__name__} as JSON")
+
+
+def _write_array(group: h5py.Group, key: str, value: np.ndarray | np.generic, where: str) -> None:
+    if value.dtype.kind not in _NUMERIC_KINDS:
+        raise TypeError(f"{where}{key}: dtype {value.dtype} is not numeric; store numbers only")
+    arr = np.asarray(value)
+    filters = _FILTERS if arr.ndim and arr.size else {}
+    ds = group.create_dataset(key, data=arr, **filters)
+    ds.attrs[ATTR_TYPE] = "scalar" if isinstance(value, np.generic) else "ndarray"
+
+
+# -- reading -----------------------------------------------------------------------------------
+def read_tree(path: str | Path, kind: str | None = None) -> Tree:
+    """The tree `write_tree_atomic` wrote, exactly; `kind`, if given, must match the file's."""
+    return read_tree_with_attrs(path, kind)[0]
+
+
+def read_tree_with_attrs(path: str | Path, kind: str | None = None) -> tuple[Tree, dict[str, Any]]:
+    """The tree and the root attributes given to `write_tree_atomic` as `attrs`."""
+    file = Path(path)
+    _sniff(file)
+    try:
+        with h5py.File(file, "r") as f:
+            _check_group(f, file, kind)
+            attrs = {k: _plain(v) for k, v in f.attrs.items() if k not in _RESERVED}
+            return _read_group(f, file, set()), attrs
+    except (OSError, RuntimeError, ValueError, TypeError, KeyError) as err:
+        raise _damaged(file, err) from err
+
+
+def _sniff(file: Path) -> None:
+    """Recognise files that are not HDF5 by their first bytes, before any library parses them."""
+    try:
+        with open(file, "rb") as fh:
+            head = fh.read(8)
+    except FileNotFoundError:
+        raise StorageError(f"{file} does not exist", "check the path") from None
+    except OSError as err:
+        raise StorageError(f"{file} cannot be opened ({err.strerror})", "check the path") from None
+    if not head:
+        raise StorageError(f"{file} is empty (truncated: its write never finished)", _DAMAGED_FIX)
+    if head.startswith((b"PK\x03\x04", b"\x80")):
+        raise StorageError(
+            f"{file} is a zip or pickle archive, not HDF5",
+            f"this is a torch/pickle file; hpcmarl reads only its own HDF5 files: {_FOREIGN_FIX}",
+        )
+
+
+def _damaged(file: Path, err: Exception) -> StorageError:
+    text = str(err)
+    if "truncated" in text:
+        cause = "is truncated (its write never finished)"
+    elif "signature not found" in text:
+        return StorageError(f"{file} is not an HDF5 file", _FOREIGN_FIX)
+    elif "filter" in text or "checksum" in text.lower():
+        cause = "is corrupt: a dataset fails its fletcher32 checksum or cannot be decompressed"
+    else:
+        cause = f"is corrupt or unreadable ({text})"
+    return StorageError(f"{file} {cause}", _DAMAGED_FIX)
+
+
+def _check_group(group: h5py.Group, file: Path, expected: str | None) -> None:
+    version, found = group.attrs.get(ATTR_VERSION), _plain(group.attrs.get(ATTR_TYPE))
+    where = f"{file} (group {group.name})"
+    if version is None or found is None:
+        raise StorageError(f"{where} was not written by hpcmarl (no {ATTR_VERSION})", _FOREIGN_FIX)
+    if int(version) > SCHEMA_VERSION:
+        raise StorageError(
+            f"{where} was written by a newer hpcmarl (schema version {int(version)}; "
+            f"this one reads up to {SCHEMA_VERSION})",
+            "read it with the hpcmarl version that wrote it, or upgrade hpcmarl",
+        )
+    if expected is not None and found != expected:
+        raise StorageError(f"{where} holds a {found!r}, not a {expected!r}", _FOREIGN_FIX)
+
+
+def _read_group(group: h5py.Group, file: Path, seen: set[Any]) -> Tree:
+    if group.id in seen:
+        raise StorageError(f"{file}: group {group.name} is linked in twice", _FOREIGN_FIX)
+    seen.add(group.id)
+    tree = json.loads(_plain(group.attrs.get(ATTR_JSON, "{}")))
+    if not isinstance(tree, dict):
+        raise StorageError(f"{file}: {group.name} has a malformed {ATTR_JSON}", _DAMAGED_FIX)
+    for key in group:
+        if key in tree:
+            raise StorageError(f"{file}: {group.name} holds {key!r} twice", _DAMAGED_FIX)
+        tree[key] = _read_member(group, key, file, seen)
+    return tree
+
+
+def _read_member(group: h5py.Group, key: str, file: Path, seen: set[Any]) -> Any:
+    """Look at the link before the object: a soft or external link is refused, not followed."""
+    link = group.get(key, getlink=True)
+    if not isinstance(link, h5py.HardLink):
+        raise _link_refused(file, group, key, link)
+    obj = group[key]
+    if isinstance(obj, h5py.Group):
+        _check_group(obj, file, "tree")
+        return _read_group(obj, file, seen)
+    if isinstance(obj, h5py.Dataset):
+        return _read_dataset(obj, file)
+    raise StorageError(f"{file}: {obj.name} is not a group or dataset", _FOREIGN_FIX)
+
+
+def _link_refused(file: Path, group: h5py.Group, key: str, link: Any) -> StorageError:
+    target = f"{link.filename}:{link.path}" if isinstance(link, h5py.ExternalLink) else link.path
+    kind = type(link).__name__
+    return StorageError(
+        f"{file}: {group.name.rstrip('/')}/{key} is a {kind} to {target}; "
+        "hpcmarl never follows links",
+        _FOREIGN_FIX,
+    )
+
+
+def _read_dataset(ds: h5py.Dataset, file: Path) -> np.ndarray | np.generic:
+    if ds.is_virtual or ds.external:
+        raise StorageError(f"{file}: dataset {ds.name} keeps its data in other files", _FOREIGN_FIX)
+    if ds.dtype.kind not in _NUMERIC_KINDS:
+        raise StorageError(f"{file}: dataset {ds.name} is of type {ds.dtype}", _FOREIGN_FIX)
+    value = ds[()]
+    return value if _plain(ds.attrs.get(ATTR_TYPE)) == "scalar" else np.asarray(value)
+
+
+def _plain(value: Any) -> Any:
+    """HDF5 attributes come back as numpy scalars or bytes; callers want Python values."""
+    if isinstance(value, bytes):
+        return value.decode()
+    return value.item() if isinstance(value, np.generic) else value

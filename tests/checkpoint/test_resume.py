@@ -1,0 +1,137 @@
+"""Checkpoint and resume end to end: counters continue, state comes back bit for bit, a signal
+checkpoints and exits 75, a killed job resumes from its newest complete checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpcmarl.storage.hdf5 import read_tree
+
+from ..mpi.conftest import MPIRUN, ROOT, run_local
+
+SMALL = [
+    "commander.stop_value=null",
+    "topology.collectors=3",
+    "replay.learning_starts=200",
+    "checkpoint.interval_s=0",
+]
+
+
+def last_line(output: str) -> str:
+    return [x for x in output.splitlines() if x.startswith("hpcmarl: finished")][-1]
+
+
+def manifest(run_dir: Path, ckpt: str) -> dict:
+    return json.loads((run_dir / "checkpoints" / ckpt / "manifest.json").read_text())
+
+
+def leaves(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(leaves(value, f"{prefix}{key}/"))
+        elif isinstance(value, np.ndarray):
+            out[prefix + key] = value
+    return out
+
+
+def test_resume_continues_counters_and_appends_metrics(tmp_path: Path) -> None:
+    first = run_local(
+        ["-m", "hpcmarl", *SMALL, "commander.max_env_steps=3000", f"runtime.run_dir={tmp_path}"],
+        timeout=300,
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "checkpoint 000001" in last_line(first.stdout)
+    second = run_local(
+        ["-m", "hpcmarl", "resume", str(tmp_path), "commander.max_env_steps=6000"], timeout=300
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    saved = manifest(tmp_path, "000001")["info"]["counters"]["env_steps"]
+    assert f"hpcmarl: resumed from checkpoint 000001 at {saved} env steps" in second.stdout
+    assert "checkpoint 000002" in last_line(second.stdout)
+    counters = manifest(tmp_path, "000002")["info"]["counters"]
+    assert counters["env_steps"] >= 6000
+    rows = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert sum(json.loads(r)["kind"] == "finished" for r in rows) == 2
+
+
+def test_resumed_state_is_bitwise_the_checkpoint(tmp_path: Path) -> None:
+    args = ["-m", "hpcmarl", *SMALL, "commander.max_env_steps=3000", f"runtime.run_dir={tmp_path}"]
+    assert run_local(args, timeout=300).returncode == 0
+    # Resuming at the step budget stops at once and checkpoints again, before any new work.
+    again = run_local(["-m", "hpcmarl", "resume", str(tmp_path)], timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    one, two = tmp_path / "checkpoints" / "000001", tmp_path / "checkpoints" / "000002"
+    for role in ("replay0", "replay1", "learner0"):
+        before, after = leaves(read_tree(one / f"{role}.h5")), leaves(read_tree(two / f"{role}.h5"))
+        assert before.keys() == after.keys()
+        for key in before:
+            assert np.array_equal(before[key], after[key]), f"{role}: {key} changed"
+    ps_before = leaves(read_tree(one / "ps0.h5"))
+    ps_after = leaves(read_tree(two / "ps0.h5"))
+    weights = [k for k in ps_before if k.endswith("weights")]
+    assert weights and all(np.array_equal(ps_before[k], ps_after[k]) for k in weights)
+
+
+def test_a_foreign_run_directory_is_refused(tmp_path: Path) -> None:
+    args = ["-m", "hpcmarl", *SMALL, "commander.max_env_steps=1000", f"runtime.run_dir={tmp_path}"]
+    assert run_local(args, timeout=300).returncode == 0
+    other = run_local([*args, "learner.lr=0.01"], timeout=120)
+    assert other.returncode == 2
+    assert "holds checkpoints of another job" in other.stderr and "Traceback" not in other.stderr
+
+
+@pytest.mark.mpi
+def test_sigusr1_checkpoints_and_exits_75_then_resume_finishes(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        "bash",
+        str(MPIRUN),
+        "-n",
+        "4",
+        sys.executable,
+        "-m",
+        "hpcmarl",
+        *SMALL,
+        "commander.max_env_steps=200000",
+        f"runtime.run_dir={tmp_path}",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _trained_a_little(tmp_path):
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGUSR1)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the job did not stop after SIGUSR1")
+    assert proc.returncode == 75, err[-3000:]
+    assert "checkpointed at the time limit" in last_line(out)
+    done = run_local(
+        ["-m", "hpcmarl", "resume", str(tmp_path), "commander.max_env_steps=1"], timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resumed from checkpoint" in done.stdout
+
+
+def _trained_a_little(run_dir: Path) -> bool:
+    progress = run_dir / "progress.csv"
+    return progress.exists() and len(progress.read_text().splitlines()) >= 3
