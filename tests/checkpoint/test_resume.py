@@ -135,3 +135,76 @@ def test_sigusr1_checkpoints_and_exits_75_then_resume_finishes(tmp_path: Path) -
 def _trained_a_little(run_dir: Path) -> bool:
     progress = run_dir / "progress.csv"
     return progress.exists() and len(progress.read_text().splitlines()) >= 3
+
+
+def rank_pids(run_dir: Path) -> dict[int, int]:
+    """pid of each MPI rank of the job whose command line names `run_dir`."""
+    pids = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+            environ = (proc / "environ").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if str(run_dir) not in cmdline or "hpcmarl" not in cmdline:
+            continue
+        for var in environ:
+            if var.startswith("OMPI_COMM_WORLD_RANK="):
+                pids[int(var.split("=", 1)[1])] = int(proc.name)
+    return pids
+
+
+@pytest.mark.mpi
+def test_kill_9_of_a_replay_rank_ends_the_job_and_resume_restores_replay(tmp_path: Path) -> None:
+    cmd = [
+        "bash",
+        str(MPIRUN),
+        "-n",
+        "16",
+        sys.executable,
+        "-m",
+        "hpcmarl",
+        *SMALL,
+        "checkpoint.every_updates=400",
+        "commander.max_env_steps=200000",
+        f"runtime.run_dir={tmp_path}",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    latest = tmp_path / "checkpoints" / "latest"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not latest.exists():
+        time.sleep(0.5)
+    assert latest.exists(), "no checkpoint was written"
+    replay_rank = 2  # the default 16-rank layout: commander, ps0, replay0 on rank 2
+    os.kill(rank_pids(tmp_path)[replay_rank], signal.SIGKILL)
+    killed = time.monotonic()
+    try:
+        proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the job hung after a rank was killed")
+    print(f"job ended {time.monotonic() - killed:.1f} s after kill -9 of rank {replay_rank}")
+    assert proc.returncode != 0
+    saved = latest.read_text().strip()
+    budget = manifest(tmp_path, saved)["info"]["counters"]["env_steps"]
+    # Resuming at the step budget checkpoints again at once: the replay must be what was saved.
+    again = run_local(
+        ["-m", "hpcmarl", "resume", str(tmp_path), f"commander.max_env_steps={budget}"], timeout=300
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    newest = latest.read_text().strip()
+    assert newest != saved
+    for role in ("replay0", "replay1"):
+        before = leaves(read_tree(tmp_path / "checkpoints" / saved / f"{role}.h5"))
+        after = leaves(read_tree(tmp_path / "checkpoints" / newest / f"{role}.h5"))
+        assert before.keys() == after.keys()
+        assert all(np.array_equal(before[k], after[k]) for k in before), role
