@@ -1,45 +1,96 @@
-"""Gradient averaging across the learners of one policy, without blocking the rank loop.
+"""Collectives among the learners of one policy, without blocking the rank loop.
 
-`start(flat)` begins an average and returns a handle; `ready(handle)` tests it; `result(handle)`
-gives the mean. A group of one returns at once. The MPI backend fuses all gradients of a
-network into one flat buffer and averages it with one `Iallreduce` over the learner
-sub-communicator, never the whole world.
+Every operation starts, returns a `Handle`, and is finished by polling: `ready(handle)` tests
+it, `result(handle)` gives its output. `start(flat)` averages a gradient, `start_broadcast`
+copies the group root's weights to every member (at learner start, so a group never begins
+apart), `start_gather` collects one small row per member (the weight digests of the drift check).
+Beside each sits a blocking wrapper (`average`, `broadcast`, `gather`) for tests and benchmarks.
+
+Backends share this interface: `SoloAverager` (a group of one: nothing to do), `MpiAverager`
+(one fused flat float32 buffer, `Iallreduce` over the learner sub-communicator, never the whole
+world) and `HorovodAverager` in `horovod.py`. `make_averager` picks one per `learner.allreduce`.
+
+A started buffer belongs to the collective: it may be reduced in place, so the caller hands it
+over and reads only the result. This saves a copy of every gradient.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ..errors import ConfigError
+
+
+def _same(handle: Handle) -> np.ndarray:
+    return handle.buffer
+
 
 class Handle:
-    """An average in flight: the buffer being reduced and its request."""
+    """A collective in flight: the buffer it fills, its request, and how to read its output."""
 
-    def __init__(self, buffer: np.ndarray, request: Any, size: int) -> None:
+    def __init__(
+        self,
+        buffer: np.ndarray,
+        request: Any,
+        size: int,
+        finish: Callable[[Handle], np.ndarray] = _same,
+        keep: Any = None,
+    ) -> None:
         self.buffer = buffer
         self.request = request
         self.size = size
+        self.finish = finish
+        self.keep = keep
+        """What must stay alive until the collective completes (a send buffer)."""
+
+
+def owned_float32(flat: np.ndarray) -> np.ndarray:
+    """`flat` itself when it already is a contiguous float32 vector, else a converted copy."""
+    return np.ascontiguousarray(flat, dtype=np.float32).reshape(-1)
 
 
 class SoloAverager:
-    """The group of one: the average of one gradient is itself."""
+    """The group of one: the average of one gradient is itself, the root is oneself."""
 
     backend = "none"
     size = 1
+    rank = 0
 
     def start(self, flat: np.ndarray) -> Handle:
         return Handle(flat, None, 1)
+
+    def start_broadcast(self, flat: np.ndarray) -> Handle:
+        return Handle(flat, None, 1)
+
+    def start_gather(self, row: np.ndarray) -> Handle:
+        return Handle(np.asarray(row, dtype=np.int64).reshape(1, -1), None, 1)
 
     def ready(self, handle: Handle) -> bool:
         return True
 
     def result(self, handle: Handle) -> np.ndarray:
-        return handle.buffer
+        """The output of a finished collective (call once, after `ready` said True)."""
+        return handle.finish(handle)
+
+    def wait(self, handle: Handle) -> np.ndarray:
+        """Block until `handle` completes; for tests, benchmarks and start-up only."""
+        return self.result(handle)
 
     def average(self, flat: np.ndarray) -> np.ndarray:
-        """Blocking wrapper, for tests and benchmarks."""
-        return self.result(self.start(flat))
+        """Blocking wrapper of `start`."""
+        return self.wait(self.start(flat))
+
+    def broadcast(self, flat: np.ndarray) -> np.ndarray:
+        """Blocking wrapper of `start_broadcast`."""
+        return self.wait(self.start_broadcast(flat))
+
+    def gather(self, row: np.ndarray) -> np.ndarray:
+        """Blocking wrapper of `start_gather`: a (size, len(row)) int64 array, in rank order."""
+        return self.wait(self.start_gather(row))
 
 
 class MpiAverager(SoloAverager):
@@ -53,20 +104,92 @@ class MpiAverager(SoloAverager):
         self.MPI = MPI
         self.comm = comm
         self.size = comm.Get_size()
+        self.rank = comm.Get_rank()
 
     def start(self, flat: np.ndarray) -> Handle:
-        buffer = np.ascontiguousarray(flat, dtype=np.float32).copy()
+        buffer = owned_float32(flat)
         request = self.comm.Iallreduce(self.MPI.IN_PLACE, buffer, op=self.MPI.SUM)
-        return Handle(buffer, request, self.size)
+        return Handle(buffer, request, self.size, _divide_by_size)
+
+    def start_broadcast(self, flat: np.ndarray) -> Handle:
+        buffer = owned_float32(flat)
+        return Handle(buffer, self.comm.Ibcast(buffer, root=0), self.size)
+
+    def start_gather(self, row: np.ndarray) -> Handle:
+        row = np.ascontiguousarray(row, dtype=np.int64).reshape(-1)
+        out = np.empty((self.size, row.size), dtype=np.int64)
+        return Handle(out, self.comm.Iallgather(row, out), self.size, keep=row)
 
     def ready(self, handle: Handle) -> bool:
         return bool(handle.request.Test())
 
-    def result(self, handle: Handle) -> np.ndarray:
-        handle.buffer /= handle.size
-        return handle.buffer
-
-    def average(self, flat: np.ndarray) -> np.ndarray:
-        handle = self.start(flat)
+    def wait(self, handle: Handle) -> np.ndarray:
         handle.request.Wait()
         return self.result(handle)
+
+
+def _divide_by_size(handle: Handle) -> np.ndarray:
+    handle.buffer /= handle.size
+    return handle.buffer
+
+
+BACKENDS = ("auto", "mpi", "horovod")
+
+
+def make_averager(kind: str, comm: Any, policy: str) -> tuple[SoloAverager, str]:
+    """The averager for the learners of `policy` on `comm`, and one line saying which and why.
+
+    Every member must pick the same backend or the group would hang, so Horovod's availability
+    is agreed on (one small allreduce at start-up): it is used only if every member has it.
+    A group of one needs neither a backend nor a line.
+    """
+    if kind not in BACKENDS:
+        raise ConfigError(f"learner.allreduce={kind!r} is unknown", f"use one of {BACKENDS}")
+    if comm is None or comm.Get_size() == 1:
+        return SoloAverager(), ""
+    from mpi4py import MPI
+
+    from . import horovod
+
+    reason = horovod.unavailable_reason() if kind != "mpi" else None
+    everyone = comm.allreduce(reason is None, op=MPI.LAND)
+    reason = reason or "horovod is missing on a peer learner"
+    group = f"hpcmarl: learners of policy {policy}"
+    size = comm.Get_size()
+    if kind == "mpi":
+        return MpiAverager(comm), f"{group} average gradients with mpi ({size} ranks)"
+    if everyone:
+        averager = horovod.HorovodAverager(comm, policy)
+        return averager, f"{group} average gradients with horovod ({size} ranks)"
+    if kind == "auto":
+        return MpiAverager(comm), f"{group}: {reason}, using mpi ({size} ranks)"
+    raise ConfigError(
+        f"learner.allreduce=horovod but {reason}",
+        "run `bash tools/install_horovod.sh`, or set learner.allreduce=auto or mpi",
+    )
+
+
+def digest(*arrays: np.ndarray) -> int:
+    """A 63-bit hash of the bytes of `arrays`: equal weights give equal digests, bit for bit."""
+    h = hashlib.blake2b(digest_size=8)
+    for array in arrays:
+        h.update(np.ascontiguousarray(array).tobytes())
+    return int.from_bytes(h.digest(), "little") >> 1
+
+
+def drift_report(rows: np.ndarray, members: list[str]) -> str | None:
+    """None when every member's (updates, digest) row is the same; else who differs, for a user.
+
+    The reference is the row most members share, the group root's on a tie, so that one learner
+    gone astray is the one named.
+    """
+    keys = [tuple(int(v) for v in row) for row in rows]
+    if len(set(keys)) == 1:
+        return None
+    reference = max(keys, key=lambda k: (keys.count(k), k == keys[0]))
+    differ = [m for m, k in zip(members, keys, strict=True) if k != reference]
+    agree = [m for m, k in zip(members, keys, strict=True) if k == reference]
+    detail = ", ".join(
+        f"{m}: update {k[0]} digest {k[1]:016x}" for m, k in zip(members, keys, strict=True)
+    )
+    return f"{', '.join(differ)} differ from {', '.join(agree)} ({detail})"

@@ -117,6 +117,8 @@ class CommanderConfig:
     """Step budget: stop after this many environment steps (all collectors together)."""
     max_wall_time_s: float = 0.0
     """Stop after this many seconds of training; 0 means no wall-time limit."""
+    max_updates: int = 0
+    """Stop after this many learner updates (summed over learners); 0 means no limit."""
     eval_interval_s: float = 5.0
     """Seconds between greedy evaluations."""
     eval_episodes: int = 10
@@ -125,6 +127,13 @@ class CommanderConfig:
     """Collector tasks that may run at once; 0 means one per collector."""
     progress_interval_s: float = 3.0
     """Seconds between progress lines on stdout (and rows in progress.csv / metrics.jsonl)."""
+    deterministic: bool = False
+    """Fixed message schedule for bitwise-reproducible runs (slower): in each round every
+    collector runs one task in turn (fresh seeded episodes, latest weights), then every learner
+    group one task, each learner sampling from its own shard; no rate limiter; a run and its
+    resume from any checkpoint end with the same weights and the same `round` metric rows."""
+    eval_every_rounds: int = 5
+    """In deterministic mode, rounds between evaluations (instead of `eval_interval_s`)."""
 
 
 @dataclass

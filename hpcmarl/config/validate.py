@@ -145,6 +145,8 @@ RULES: dict[str, Rule] = {
     "topology.replay_shards": at_least(1),
     "topology.learners": at_least(1),
     "topology.collectors": at_least(1),
+    "commander.max_updates": at_least(0),
+    "commander.eval_every_rounds": at_least(1),
     "checkpoint.interval_s": at_least(0),
     "checkpoint.every_updates": at_least(0),
     "checkpoint.keep": at_least(1),

@@ -82,11 +82,13 @@ class MultiAgentVectorEnv:
         """The agent's unflattened observation space."""
         return self._copies[0].observation_spaces[agent]
 
-    def reset(self) -> AgentArrays:
-        """Reset every copy; only the first call seeds them (later resets continue their RNG)."""
+    def reset(self, seed: int | None = None) -> AgentArrays:
+        """Reset every copy; only the first call seeds them (later resets continue their RNG)
+        unless `seed` is given: then copy i is reseeded with `seed + i`."""
         obs = StepBuffers.empty(self._obs_dims, self.num_envs).obs
+        base = seed if seed is not None else (None if self._seeded else self._seed)
         for i, copy in enumerate(self._copies):
-            copy.reset_into(self._seed + i if not self._seeded else None, i, obs)
+            copy.reset_into(None if base is None else base + i, i, obs)
         self._seeded = True
         return self._by_agent(obs)
 

@@ -14,7 +14,8 @@ from typing import Any
 from ..algos import check_fits
 from ..algos.dqn import DQN, QActor
 from ..algos.mapping import check_policy_spaces, policies_of, resolve_mapping
-from ..comm.allreduce import MpiAverager, SoloAverager
+from ..comm.allreduce import make_averager
+from ..comm.placement import learner_device
 from ..comm.transport import LocalTransport
 from ..config.schema import JobConfig
 from ..core import Role, policy_key
@@ -102,6 +103,7 @@ def build_roles(
                     spec.policies,
                     topology.names("collector"),
                     role_seed(cfg, topology, name),
+                    deterministic=cfg.commander.deterministic,
                 )
             )
         elif kind == "learner":
@@ -119,20 +121,30 @@ def build_learner(
     group_comm: Any,
     name: str,
 ) -> Learner:
+    """A learner on this node's GPU (round robin) or the CPU, with one averager per policy.
+
+    The group root announces the averaging backend in one line; choosing it is collective over
+    the group, which every member reaches here, at start-up.
+    """
+    device = learner_device()
     trainers = []
     for policy in topology.policies_of_learner[name]:
         obs_dim, n_actions = spec.policy_dims(policy)
         # Same seed on every learner of the policy: the group starts from identical weights.
         seed = cfg.seed * 7_919 + spec.policies.index(policy)
-        group = topology.learners_of_policy[policy]
-        averager = MpiAverager(group_comm) if len(group) > 1 else SoloAverager()
+        group = sorted(topology.learners_of_policy[policy], key=topology.rank_of.__getitem__)
+        comm = group_comm if len(group) > 1 else None
+        averager, line = make_averager(cfg.learner.allreduce, comm, policy)
+        if line and group[0] == name:
+            print(line, flush=True)
         trainers.append(
             PolicyTrainer(
                 policy,
                 policy_key(cfg.agents.strategy_spec_id, policy),
-                DQN(obs_dim, n_actions, cfg.learner, seed),
+                DQN(obs_dim, n_actions, cfg.learner, seed, device),
                 averager,
                 pushes_weights=group[0] == name,
+                members=group,
             )
         )
     return Learner(
@@ -140,10 +152,20 @@ def build_learner(
         transport,
         cfg.learner,
         trainers,
-        topology.names("replay_shard"),
+        learner_shards(cfg, topology, name),
         topology.ps_of_policy,
         cfg.replay.prioritized,
+        sequential=cfg.commander.deterministic,
     )
+
+
+def learner_shards(cfg: JobConfig, topology: Topology, name: str) -> list[str]:
+    """Every shard; in deterministic mode only the learner's own, so that no two learners'
+    requests and priority updates interleave at one shard in an order timing decides."""
+    shards = topology.names("replay_shard")
+    if not cfg.commander.deterministic:
+        return shards
+    return [shards[topology.names("learner").index(name) % len(shards)]]
 
 
 def build_collector(
@@ -157,9 +179,11 @@ def build_collector(
     evaluations = itertools.count()
     restarts = itertools.count(7_919, 7_919)
 
-    def make_eval_env(episodes: int) -> Any:
-        # New start states each evaluation, reproducible from the job seed.
-        return make_vector_env(cfg.env, episodes, seed + 500_009 + 1_000 * next(evaluations))
+    def make_eval_env(episodes: int, eval_seed: int | None = None) -> Any:
+        # New start states each evaluation, reproducible from the job seed (or the schedule's).
+        if eval_seed is None:
+            eval_seed = seed + 500_009 + 1_000 * next(evaluations)
+        return make_vector_env(cfg.env, episodes, eval_seed)
 
     return Collector(
         name,
@@ -175,4 +199,5 @@ def build_collector(
         seed,
         make_eval_env,
         remake_env=lambda: make_vector_env(cfg.env, cfg.env.num_envs, seed + next(restarts)),
+        deterministic=cfg.commander.deterministic,
     )

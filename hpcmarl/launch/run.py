@@ -109,7 +109,7 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
     """Build this rank's roles and poll them until all have finished."""
     current: list[Role | None] = [None]
     try:
-        configure_process(plan.cfg)
+        configure_process(plan.cfg, rank)
         transport, group_comm = make_transport(plan.topology, comm)
         roles = build_roles(plan.cfg, plan.spec, plan.topology, transport, group_comm, plan.run_dir)
         if rank == 0:
@@ -124,10 +124,12 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
         return 1
 
 
-def configure_process(cfg: JobConfig) -> None:
+def configure_process(cfg: JobConfig, rank: int) -> None:
+    """One torch thread per rank by default, torch seeded per rank, signals as flags."""
     import torch
 
     torch.set_num_threads(cfg.runtime.torch_threads)
+    torch.manual_seed(cfg.seed * 7_919 + rank)
     signals.install()
 
 

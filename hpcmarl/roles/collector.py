@@ -45,15 +45,19 @@ class Collector(Role):
         fragment_length: int,
         sync_every: int,
         seed: int,
-        make_eval_env: Callable[[int], Any],
+        make_eval_env: Callable[[int, int | None], Any],
         remake_env: Callable[[], Any] | None = None,
+        deterministic: bool = False,
     ) -> None:
         super().__init__(name, transport)
         self.env, self.actors, self.policy_of = env, actors, policy_of
         self.keys, self.ps_of_policy, self.shards = keys, ps_of_policy, shards
         self.sync_every, self.make_eval_env = sync_every, make_eval_env
         self.remake_env = remake_env
+        self.deterministic = deterministic
         self.env_failures = 0
+        self.unacked = 0
+        self.shipped = 0
         self.rng = np.random.default_rng(seed)
         obs_dims = {a: env.obs_dim(a) for a in env.agents}
         self.fragment = FragmentBuilder(
@@ -80,6 +84,8 @@ class Collector(Role):
             return self.ship_fragments()
         if self.fragments_sent >= self.task["fragments"]:
             return self.finish_task()
+        if self.deterministic and self.pulling:
+            return False  # the task's weights first
         self.step_env(self.task["epsilon"])
         return True
 
@@ -88,12 +94,22 @@ class Collector(Role):
         self.episodes.start_task()
         if self.task["kind"] == "eval":
             self.pull_weights()
-            self.evaluation = Evaluation(
-                self.make_eval_env(self.task["episodes"]), self.actors, self.policy_of
-            )
+            env = self.make_eval_env(self.task["episodes"], self.task.get("seed"))
+            self.evaluation = Evaluation(env, self.actors, self.policy_of)
+        elif self.deterministic:
+            self.start_seeded_episodes(self.task["seed"], self.task["versions"])
+
+    def start_seeded_episodes(self, seed: int, versions: dict[str, int]) -> None:
+        """Deterministic mode: every task starts fresh episodes from seeds the schedule fixes,
+        with the newest weights, so no environment state needs saving between tasks."""
+        self.obs = self.env.reset(seed=seed)
+        self.episodes.restart()
+        self.fragment.reset()
+        self.pull_weights(versions)
 
     def handle_credit(self, msg: Message) -> None:
         self.credits[msg.src] += msg.meta["n"]
+        self.unacked -= msg.meta.get("inserted", 0)
 
     def handle_weights(self, msg: Message) -> None:
         assert msg.arrays is not None
@@ -119,8 +135,10 @@ class Collector(Role):
     def load_state(self, tree: dict) -> None:
         restore_rng(self.rng, tree["rng"])
         self.episodes.count = int(tree["episodes"]["count"])
-        self.episodes.restart()
+        self.episodes.ids = np.array(tree["episodes"]["ids"], np.int64)
         self.env_steps = int(tree["episodes"]["env_steps"])
+        if not self.deterministic:  # its episodes were cut; deterministic tasks start fresh ones
+            self.episodes.restart()
 
     def policy_of_key(self, key: str) -> str:
         return key.split("/", 1)[1]
@@ -189,10 +207,13 @@ class Collector(Role):
             policy, batch = self.outbox.popleft()
             self.credits[shard] -= 1
             self.send("batch", shard, {"policy": policy}, batch)
-            shipped = True
+            self.unacked, self.shipped, shipped = self.unacked + 1, self.shipped + 1, True
         return shipped
 
     def shard_with_credit(self) -> str | None:
+        if self.deterministic:  # a fixed rotation, waiting for that shard's credit
+            shard = self.shards[self.shipped % len(self.shards)]
+            return shard if self.credits[shard] > 0 else None
         for offset in range(len(self.shards)):
             shard = self.shards[(self.next_shard + offset) % len(self.shards)]
             if self.credits[shard] > 0:
@@ -200,15 +221,18 @@ class Collector(Role):
                 return shard
         return None
 
-    def pull_weights(self) -> None:
+    def pull_weights(self, min_versions: dict[str, int] | None = None) -> None:
+        """Ask for newer weights; `min_versions` (deterministic mode) names the versions the
+        parameter server must have before it answers."""
         for policy, key in self.keys.items():
             if policy not in self.pulling:
                 self.pulling.add(policy)
-                self.send(
-                    "weights_pull",
-                    self.ps_of_policy[policy],
-                    {"key": key, "have_version": self.versions[policy]},
-                )
+                meta = {
+                    "key": key,
+                    "have_version": self.versions[policy],
+                    "min_version": (min_versions or {}).get(policy, 0),
+                }
+                self.send("weights_pull", self.ps_of_policy[policy], meta)
 
     def evaluate(self) -> bool:
         """Greedy episodes on a separate env, after the pulls asked for at task start landed."""
@@ -229,6 +253,8 @@ class Collector(Role):
 
     def finish_task(self) -> bool:
         assert self.task is not None
+        if self.deterministic and self.unacked:
+            return False  # the next collector's batches must land after all of ours
         stats = self.episodes.task_summary()
         stats.update(
             env_steps=self.task["fragments"] * self.fragment.length * self.env.num_envs,

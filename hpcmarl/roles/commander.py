@@ -21,6 +21,7 @@ from ..launch import signals
 from ..launch.topology import Topology
 from ..metrics import MetricsSink
 from .coordinator import CheckpointCoordinator
+from .lockstep import Lockstep
 from .run_stats import RunStats
 from .task_space import TaskSpace, linear_epsilon, new_task_id
 
@@ -56,6 +57,7 @@ class Commander(Role):
         self.awaiting_ack: set[str] = set()
         self.phase_started = time.monotonic()
         self.checkpoints = CheckpointCoordinator(self)
+        self.lockstep = Lockstep(self) if cfg.commander.deterministic else None
 
     # -- the loop -------------------------------------------------------------------------
     def work(self) -> bool:
@@ -64,12 +66,9 @@ class Commander(Role):
             self.check_signals()
             progressed = self.checkpoints.poll()
         elif self.phase == "running":
-            self.check_stop_conditions()
-            if self.checkpoints.due(self.stats.total_updates()):
-                self.checkpoints.begin()
+            self.check_between_tasks()
             if self.phase == "running" and not self.checkpoints.active:
-                progressed = self.grant_collector_tasks()
-                progressed = self.grant_learner_tasks() or progressed
+                progressed = self.grant_tasks()
         if self.phase == "draining" and self.drained():
             self.stop_roles(
                 self.learners
@@ -99,9 +98,13 @@ class Commander(Role):
                 self.on_eval(msg.meta["eval"])
             else:
                 self.stats.on_collect(msg.meta["collect"])
+                if self.lockstep is not None:
+                    self.lockstep.on_collect(msg.meta["collect"])
         else:
             self.learner_space.release()
             self.stats.on_learn(msg.meta["stats"])
+            if self.lockstep is not None:
+                self.lockstep.on_learn(msg.meta["stats"])
 
     def handle_task_failed(self, msg: Message) -> None:
         """notify_fail: the task's space is released and the failure recorded."""
@@ -124,6 +127,21 @@ class Commander(Role):
                 del self.running[task_id]
 
     # -- scheduling -----------------------------------------------------------------------
+    def check_between_tasks(self) -> None:
+        """Stop conditions and periodic checkpoints; in deterministic mode only between rounds."""
+        if self.lockstep is not None and not self.lockstep.at_boundary:
+            self.check_signals()
+            return
+        self.check_stop_conditions()
+        if self.phase == "running" and self.checkpoints.due(self.stats.total_updates()):
+            self.checkpoints.begin()
+
+    def grant_tasks(self) -> bool:
+        if self.lockstep is not None:
+            return self.lockstep.advance()
+        granted = self.grant_collector_tasks()
+        return self.grant_learner_tasks() or granted
+
     def grant_collector_tasks(self) -> bool:
         granted = False
         while self.waiting_collectors and self.collector_space.acquire():
@@ -217,6 +235,8 @@ class Commander(Role):
             return
         if self.stats.env_steps >= c.max_env_steps:
             self.request_stop("step budget reached")
+        elif c.max_updates and self.stats.total_updates() >= c.max_updates:
+            self.request_stop("update budget reached")
         elif c.max_wall_time_s and self.stats.elapsed() >= c.max_wall_time_s:
             self.request_stop("wall-time limit reached")
 
@@ -282,10 +302,15 @@ class Commander(Role):
         self.finish()
 
     def state(self) -> dict:
-        return {"stats": self.stats.state(), "checkpoints": list(self.checkpoints.taken)}
+        tree = {"stats": self.stats.state(), "checkpoints": list(self.checkpoints.taken)}
+        if self.lockstep is not None:
+            tree["lockstep"] = self.lockstep.state()
+        return tree
 
     def load_state(self, tree: dict) -> None:
         self.stats.load_state(tree["stats"])
+        if self.lockstep is not None and "lockstep" in tree:
+            self.lockstep.load_state(tree["lockstep"])
         self.checkpoints.taken = list(tree["checkpoints"])
         self.sink.say(
             f"hpcmarl: resumed from checkpoint {self.checkpoints.taken[-1]} at "

@@ -4,6 +4,11 @@ The learner works in tasks granted by the commander: a task is `updates_per_task
 each of its policies. Learners of one policy get their tasks together and average gradients
 with a nonblocking allreduce, so they take the same number of steps and never wait inside a
 collective for a learner that has no batch: a batch is in hand before the collective starts.
+
+A group never drifts apart unnoticed: at start (fresh or resumed) every member takes the group
+root's weights, and every `drift_check_interval` averaged updates the members compare a digest of
+their weights; a mismatch stops the job naming the learners that differ. Both are collectives
+posted at the same point of every member's update sequence, so they match without a barrier.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..algos.dqn import DQN
-from ..comm.allreduce import Handle, SoloAverager
+from ..algos.networks import get_flat, num_params, set_flat
+from ..comm.allreduce import Handle, SoloAverager, digest, drift_report
 from ..comm.protocol import Message
 from ..comm.transport import LocalTransport
 from ..config.schema import LearnerConfig
@@ -40,14 +46,24 @@ class PolicyTrainer:
     algo: DQN
     averager: SoloAverager
     pushes_weights: bool
+    members: list[str] = field(default_factory=list)
+    """The learners of this policy in group-rank order (for naming who drifted)."""
     samples: deque = field(default_factory=deque)
     awaiting: set = field(default_factory=set)
     handle: Handle | None = None
+    sync: Handle | None = None
+    drift: Handle | None = None
+    averaged: int = 0
+    """Averaged updates since this process started: equal across the group by construction."""
     in_flight: Message | None = None
     td_errors: np.ndarray | None = None
     remaining: int = 0
     pushes: int = 0
     stats: list = field(default_factory=list)
+
+    def done(self) -> bool:
+        """The task's updates are applied and no collective is in flight."""
+        return self.remaining == 0 and self.handle is None and self.drift is None
 
 
 class Learner(Role):
@@ -64,8 +80,10 @@ class Learner(Role):
         shards: list[str],
         ps_of_policy: dict[str, str],
         prioritized: bool,
+        sequential: bool = False,
     ) -> None:
         super().__init__(name, transport)
+        self.sequential = sequential
         self.cfg = cfg
         self.trainers = {t.policy: t for t in trainers}
         self.shards = shards
@@ -73,23 +91,42 @@ class Learner(Role):
         self.prioritized = prioritized
         self.task: dict | None = None
         self.started = False
+        self.resumed = False
+        self.syncing = False
+        self.drift_check_interval = int(getattr(cfg, "drift_check_interval", 100))
 
     def work(self) -> bool:
         if not self.started:
-            self.started = True
-            for trainer in self.trainers.values():
-                self.push_weights(trainer)
-            return True
+            return self.start_up()
         if self.task is None:
             return self.ask_for_task()
         progressed = False
         for trainer in self.trainers.values():
             self.request_samples(trainer)
             progressed = self.train_step(trainer) or progressed
-        if all(t.remaining == 0 and t.handle is None for t in self.trainers.values()):
+        if all(t.done() for t in self.trainers.values()):
             self.finish_task()
             progressed = True
         return progressed
+
+    def start_up(self) -> bool:
+        """Take the group root's weights (a resume has loaded its own by now), then push them."""
+        trainers = self.trainers.values()
+        if not self.syncing:
+            self.syncing = True
+            for trainer in trainers:
+                trainer.sync = trainer.averager.start_broadcast(group_weights(trainer.algo))
+        for trainer in trainers:
+            if trainer.sync is not None and trainer.averager.ready(trainer.sync):
+                load_group_weights(trainer.algo, trainer.averager.result(trainer.sync))
+                trainer.sync = None
+        if any(t.sync is not None for t in trainers):
+            return False
+        self.started = True
+        if not self.resumed:  # a resumed parameter server already holds these weights
+            for trainer in trainers:
+                self.push_weights(trainer)
+        return True
 
     def handle_task(self, msg: Message) -> None:
         self.task, self.asked = msg.meta, False
@@ -108,6 +145,8 @@ class Learner(Role):
 
     def request_samples(self, trainer: PolicyTrainer) -> None:
         """Keep one request in flight per shard while this task still needs batches."""
+        if self.sequential and (trainer.handle is not None or trainer.samples):
+            return  # deterministic mode: the next request follows the last update's priorities
         wanted = trainer.remaining - len(trainer.samples) - (trainer.handle is not None)
         for shard in self.shards:
             if wanted <= len(trainer.awaiting):
@@ -120,6 +159,8 @@ class Learner(Role):
 
     def train_step(self, trainer: PolicyTrainer) -> bool:
         """Either finish the update whose average is in flight, or start the next one."""
+        if trainer.drift is not None:
+            return self.check_drift(trainer)
         if trainer.handle is not None:
             if not trainer.averager.ready(trainer.handle):
                 return False
@@ -141,11 +182,30 @@ class Learner(Role):
         assert trainer.handle is not None and trainer.in_flight is not None
         trainer.algo.apply_gradients(trainer.averager.result(trainer.handle))
         trainer.handle, trainer.remaining = None, trainer.remaining - 1
+        trainer.averaged += 1
+        if self.drift_check_interval > 0 and trainer.averaged % self.drift_check_interval == 0:
+            row = np.array([trainer.algo.updates, digest(group_weights(trainer.algo))])
+            trainer.drift = trainer.averager.start_gather(row)
         if self.prioritized:
             self.send_priorities(trainer, trainer.in_flight)
         trainer.in_flight = None
         if trainer.algo.updates % self.cfg.push_interval == 0:
             self.push_weights(trainer)
+
+    def check_drift(self, trainer: PolicyTrainer) -> bool:
+        """Compare the group's weight digests; no update starts before they are in."""
+        assert trainer.drift is not None
+        if not trainer.averager.ready(trainer.drift):
+            return False
+        rows = trainer.averager.result(trainer.drift)
+        trainer.drift = None
+        problem = drift_report(rows, trainer.members or [self.name])
+        if problem is not None:
+            raise RuntimeError(
+                f"learners of policy {trainer.policy} drifted apart after {trainer.averaged} "
+                f"averaged updates: {problem}"
+            )
+        return True
 
     def send_priorities(self, trainer: PolicyTrainer, msg: Message) -> None:
         assert msg.arrays is not None and trainer.td_errors is not None
@@ -212,6 +272,18 @@ class Learner(Role):
             trainer.algo.load_state_dict(flatten(entry["algo"]))
             trainer.pushes = int(entry["pushes"])
         torch.set_rng_state(torch.from_numpy(np.array(tree["torch_rng"], dtype=np.uint8)))
+        self.resumed = True
 
     def updates(self) -> int:
         return sum(t.algo.updates for t in self.trainers.values())
+
+
+def group_weights(algo: DQN) -> np.ndarray:
+    """Online and target networks as one flat vector: what a group must hold identically."""
+    return np.concatenate([get_flat(algo.q), get_flat(algo.q_target)])
+
+
+def load_group_weights(algo: DQN, flat: np.ndarray) -> None:
+    n = num_params(algo.q)
+    set_flat(algo.q, flat[:n])
+    set_flat(algo.q_target, flat[n:])

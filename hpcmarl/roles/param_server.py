@@ -44,6 +44,7 @@ class ParameterServer(Role):
         super().__init__(name, transport)
         self.tables = {key: WeightTable() for key in keys}
         self.pushes = 0
+        self.pending_pulls: list[Message] = []
         self.pulls = 0
 
     def handle_weights_push(self, msg: Message) -> None:
@@ -52,16 +53,32 @@ class ParameterServer(Role):
         self.pushes += 1
 
     def handle_weights_pull(self, msg: Message) -> None:
-        key = msg.meta["key"]
-        weights, version = self.tables[key].get_weights(msg.meta["have_version"])
-        self.pulls += 1
-        if weights is None:
-            self.send("not_newer", msg.src, {"key": key, "version": version})
-        else:
-            self.send("weights", msg.src, {"key": key, "version": version}, {"weights": weights})
+        self.pending_pulls.append(msg)
 
     def work(self) -> bool:
-        return self.report_stats()
+        return self.answer_pulls() or self.report_stats()
+
+    def answer_pulls(self) -> bool:
+        """Answer pulls, except those asking for a version not pushed yet: they wait here.
+
+        A deterministic schedule names the version a collector must act with; its pull may
+        overtake the learner's push on the way, so it waits for that push instead of taking
+        whatever is here."""
+        waiting, answered = [], 0
+        for msg in self.pending_pulls:
+            key = msg.meta["key"]
+            if self.tables[key].version < msg.meta.get("min_version", 0):
+                waiting.append(msg)
+                continue
+            weights, version = self.tables[key].get_weights(msg.meta["have_version"])
+            meta = {"key": key, "version": version}
+            if weights is None:
+                self.send("not_newer", msg.src, meta)
+            else:
+                self.send("weights", msg.src, meta, {"weights": weights})
+            answered += 1
+        self.pending_pulls, self.pulls = waiting, self.pulls + answered
+        return answered > 0
 
     def state(self) -> dict:
         tables: dict[str, dict] = {}

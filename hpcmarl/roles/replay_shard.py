@@ -33,6 +33,7 @@ class ReplayShard(Role):
         policies: list[str],
         collectors: list[str],
         seed: int,
+        deterministic: bool = False,
     ) -> None:
         super().__init__(name, transport)
         self.cfg = cfg
@@ -47,10 +48,9 @@ class ReplayShard(Role):
             )
             for i, p in enumerate(policies)
         }
-        self.limiters = {
-            p: SampleToInsertRatio(cfg.samples_per_insert, cfg.learning_starts, cfg.error_buffer)
-            for p in policies
-        }
+        # Deterministic mode's schedule fixes the ratio itself; a limiter would react to timing.
+        ratio = (0.0, 1) if deterministic else (cfg.samples_per_insert, cfg.learning_starts)
+        self.limiters = {p: SampleToInsertRatio(*ratio, cfg.error_buffer) for p in policies}
         self.pending_inserts: deque[Message] = deque()
         self.pending_samples: deque[Message] = deque()
         self.samples_served = 0
@@ -95,7 +95,7 @@ class ReplayShard(Role):
             self.limiters[policy].on_insert(len(msg.arrays["rewards"]))
             self.transport.recycle(msg.arrays)
             if msg.src:  # batches restored from a checkpoint owe no credit
-                self.send("credit", msg.src, {"n": 1})
+                self.send("credit", msg.src, {"n": 1, "inserted": 1})
             inserted += 1
         return inserted > 0
 

@@ -269,6 +269,8 @@ BAD_VALUES = {
     "topology.replay_shards": 0,
     "topology.learners": 0,
     "topology.collectors": 0,
+    "commander.max_updates": -1,
+    "commander.eval_every_rounds": 0,
     "checkpoint.interval_s": -1.0,
     "checkpoint.every_updates": -5,
     "checkpoint.keep": 0,

@@ -1,0 +1,154 @@
+"""The learner collectives of one backend against a single-process reference.
+
+Usage: allreduce_check.py KIND[,KIND] EXPECTED_BACKEND, on 6 ranks. Rank 0 stands by, as a
+commander would: it is in no learner group and must never start Horovod. Ranks 1-2 and 3-5 form
+two independent groups (of 2 and 3 learners, the first and second KIND) and check, in order:
+the broadcast of the root's weights, gradients averaged within 1e-6 of the mean computed in one
+process, 100 DQN updates on fixed per-rank batches ending bit-identical across the group and
+next to the one-process reference, the drift report naming a perturbed learner, and averages
+with one member late that the others poll for instead of blocking. Prints `<rank>: ok`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from hpcmarl.algos.dqn import DQN
+from hpcmarl.comm.allreduce import SoloAverager, digest, drift_report, make_averager
+from hpcmarl.config.schema import LearnerConfig
+from hpcmarl.errors import ConfigError
+from hpcmarl.roles.learner import group_weights, load_group_weights
+
+SEED = 11
+
+
+def batch(rank: int, size: int = 64) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1_000 + rank)
+    return {
+        "observations": rng.standard_normal((size, 4)).astype(np.float32),
+        "actions": rng.integers(0, 2, size),
+        "rewards": rng.standard_normal(size).astype(np.float32),
+        "next_observations": rng.standard_normal((size, 4)).astype(np.float32),
+        "terminations": rng.random(size) < 0.1,
+    }
+
+
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want))
+
+
+def check_broadcast(av: SoloAverager, rank: int) -> None:
+    algo = DQN(4, 2, LearnerConfig(), SEED)
+    root = group_weights(algo)
+    if rank > 0:  # a member that started apart, e.g. from another checkpoint
+        load_group_weights(algo, root + rank)
+    load_group_weights(algo, av.broadcast(group_weights(algo)))
+    assert np.array_equal(group_weights(algo), root), "broadcast did not give the root's weights"
+
+
+def check_gradients(av: SoloAverager, rank: int) -> None:
+    cfg = LearnerConfig()
+    grads = [DQN(4, 2, cfg, SEED).compute_gradients(batch(r), None)[0] for r in range(av.size)]
+    want = np.mean(np.stack(grads).astype(np.float64), axis=0)
+    got = av.average(grads[rank].copy())
+    assert relative_error(got, want) <= 1e-6, f"DQN gradient off by {relative_error(got, want)}"
+    big = [np.random.default_rng(r).standard_normal(1_000_003).astype(np.float32) for r in range(3)]
+    want = np.mean(np.stack(big[: av.size]).astype(np.float64), axis=0)
+    got = av.average(big[rank].copy())
+    assert relative_error(got, want) <= 1e-6, f"1M vector off by {relative_error(got, want)}"
+
+
+def train(av: SoloAverager, rank: int, steps: int) -> DQN:
+    algo = DQN(4, 2, LearnerConfig(), SEED)
+    for _ in range(steps):
+        algo.apply_gradients(av.average(algo.compute_gradients(batch(rank), None)[0]))
+    return algo
+
+
+def reference(size: int, steps: int) -> DQN:
+    """The same training in one process: the mean of every rank's gradient, each step."""
+    algo = DQN(4, 2, LearnerConfig(), SEED)
+    for _ in range(steps):
+        grads = [algo.compute_gradients(batch(r), None)[0] for r in range(size)]
+        algo.apply_gradients(np.mean(np.stack(grads), axis=0, dtype=np.float32))
+    return algo
+
+
+def check_training(av: SoloAverager, rank: int, members: list[str]) -> None:
+    algo = train(av, rank, 100)
+    row = np.array([algo.updates, digest(group_weights(algo))])
+    rows = av.gather(row)
+    assert rows.shape == (av.size, 2), rows.shape
+    assert drift_report(rows, members) is None, drift_report(rows, members)
+    error = relative_error(algo.get_weights(), reference(av.size, 100).get_weights())
+    assert error <= 1e-5, f"weights after 100 updates off the reference by {error}"
+    bad = row.copy()
+    if rank == av.size - 1:
+        bad[1] ^= 1  # one weight bit flipped, as far as the digest can tell
+    report = drift_report(av.gather(bad), members)
+    assert report is not None and report.startswith(f"{members[-1]} differ from"), report
+
+
+def check_late_member(av: SoloAverager, rank: int) -> None:
+    """Each member in turn posts 0.5 s late; the others keep polling, then get the right mean."""
+    for late in range(av.size):
+        if rank == late:
+            time.sleep(0.5)
+        handle = av.start(np.full(1_000, float(rank), np.float32))
+        polls, deadline = 0, time.monotonic() + 60
+        while not av.ready(handle):
+            polls += 1
+            assert time.monotonic() < deadline, "an average never completed"
+            time.sleep(0.001)
+        mean = av.result(handle)
+        assert np.allclose(mean, (av.size - 1) / 2), mean[:3]
+        assert rank == late or polls > 10, f"rank {rank} polled {polls} times for late {late}"
+
+
+def check_forced_horovod_refused(sub: MPI.Comm) -> None:
+    try:
+        make_averager("horovod", sub, "p")
+    except ConfigError as err:
+        assert "install_horovod.sh" in str(err), err
+        return
+    raise AssertionError("learner.allreduce=horovod without horovod was accepted")
+
+
+def group_of(rank: int) -> int | None:
+    """Rank 0 stands by; ranks 1-2 are a group of two learners, ranks 3-5 a group of three."""
+    return None if rank == 0 else (0 if rank <= 2 else 1)
+
+
+def main() -> None:
+    kinds, expected = sys.argv[1].split(","), sys.argv[2]
+    world = MPI.COMM_WORLD
+    group = group_of(world.rank)
+    sub = world.Split(MPI.UNDEFINED if group is None else group, world.rank)
+    if group is None:
+        world.Barrier()
+        started = "horovod.torch" in sys.modules and sys.modules["horovod.torch"].is_initialized()
+        assert not started, "horovod was started on a rank outside the learner groups"
+        print(f"{world.rank}: ok (stood by)", flush=True)
+        return
+    kind = kinds[group % len(kinds)]
+    av, line = make_averager(kind, sub, f"p{group}")
+    if sub.rank == 0:
+        print(line, flush=True)
+    assert av.backend == expected, f"{kind} chose {av.backend}, expected {expected}"
+    members = [f"learner{i}" for i in range(sub.size)]
+    check_broadcast(av, sub.rank)
+    check_gradients(av, sub.rank)
+    check_training(av, sub.rank, members)
+    check_late_member(av, sub.rank)
+    if expected == "mpi" and kind == "auto":
+        check_forced_horovod_refused(sub)
+    world.Barrier()
+    print(f"{world.rank}: ok backend={av.backend} learners={sub.size}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
