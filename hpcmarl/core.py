@@ -34,6 +34,8 @@ class Role:
 
     kind = "role"
     max_messages_per_poll = 32
+    heartbeat_interval_s = 2.0
+    """Set from the job at start-up (runtime.heartbeat_interval_s)."""
 
     def __init__(self, name: str, transport: LocalTransport) -> None:
         self.name = name
@@ -44,6 +46,7 @@ class Role:
         self.polls = 0
         self.asked = False
         self._last_report = 0.0
+        self._last_heartbeat = 0.0
         self.sent_bulk: dict[str, int] = {}
         self.received_bulk: dict[str, int] = {}
         self.checkpoint_request: dict[str, Any] | None = None
@@ -67,13 +70,25 @@ class Role:
             msg = self.inbox.popleft()
             if msg.arrays is not None:
                 self.received_bulk[msg.src] = self.received_bulk.get(msg.src, 0) + 1
+            self.note_message(msg)
             getattr(self, f"handle_{msg.kind}")(msg)
             handled += 1
         if self.finished:
             return handled > 0
+        self.heartbeat()
         if self.checkpoint_request is not None and self.write_checkpoint_when_ready():
             return True
         return self.work() or handled > 0
+
+    def note_message(self, msg: Message) -> None:
+        """Called for every message received, before its handler."""
+
+    def heartbeat(self) -> None:
+        """Tell the commander this role is alive, every `heartbeat_interval_s`."""
+        now = time.monotonic()
+        if self.name != "commander" and now - self._last_heartbeat >= self.heartbeat_interval_s:
+            self._last_heartbeat = now
+            self.send("heartbeat", "commander")
 
     # -- coordinated checkpoints ------------------------------------------------------------
     def handle_checkpoint(self, msg: Message) -> None:

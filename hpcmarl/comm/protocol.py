@@ -29,6 +29,7 @@ MESSAGE_TABLE: tuple[Kind, ...] = (
     Kind("task_done", "collector|learner", "commander", "{task_id, stats} - releases task space"),
     Kind("task_failed", "collector|learner", "commander", "{task_id, cause} - releases space"),
     Kind("stats", "param_server|replay_shard", "commander", "{counters} - periodic report"),
+    Kind("heartbeat", "every role", "commander", "{} - still alive (any message counts)"),
     Kind("relax", "commander", "replay_shard", "{on} - drain: serve samples, take batches"),
     Kind("stop", "commander", "every role", "{reason} - finish and acknowledge"),
     Kind("stopped", "every role", "commander", "{counters} - acknowledgement of stop"),

@@ -181,6 +181,11 @@ class RuntimeConfig:
     """Longest sleep of an idle rank's backoff."""
     shutdown_timeout_s: float = 20.0
     """Seconds the commander waits for roles to acknowledge stop before aborting."""
+    heartbeat_interval_s: float = 2.0
+    """Seconds between heartbeats of every role to the commander."""
+    heartbeat_timeout_s: float = 120.0
+    """A role silent this long (no heartbeat, no message) makes the commander abort the job,
+    naming it; generous by default because 16 ranks on few cores start slowly."""
 
 
 @dataclass

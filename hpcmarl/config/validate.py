@@ -151,6 +151,8 @@ RULES: dict[str, Rule] = {
     "checkpoint.every_updates": at_least(0),
     "checkpoint.keep": at_least(1),
     "checkpoint.timeout_s": above(0),
+    "runtime.heartbeat_interval_s": above(0),
+    "runtime.heartbeat_timeout_s": above(0),
     "runtime.torch_threads": at_least(1),
     "runtime.idle_sleep_max_s": at_least(0),
     "runtime.shutdown_timeout_s": above(0),
@@ -160,6 +162,11 @@ ORDERED: tuple[tuple[str, str, str], ...] = (
     ("collector.eps_end", "collector.eps_start", "epsilon decays from eps_start down to eps_end"),
     ("replay.learning_starts", "replay.table_capacity", "a table that never fills never serves"),
     ("learner.batch_size", "replay.table_capacity", "a batch cannot exceed what a table holds"),
+    (
+        "runtime.heartbeat_interval_s",
+        "runtime.heartbeat_timeout_s",
+        "a timeout shorter than the heartbeat interval aborts healthy jobs",
+    ),
 )
 """(smaller, larger, why): pairs of keys where the first must not exceed the second."""
 

@@ -130,6 +130,7 @@ def configure_process(cfg: JobConfig, rank: int) -> None:
 
     torch.set_num_threads(cfg.runtime.torch_threads)
     torch.manual_seed(cfg.seed * 7_919 + rank)
+    Role.heartbeat_interval_s = cfg.runtime.heartbeat_interval_s
     signals.install()
 
 

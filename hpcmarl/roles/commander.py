@@ -58,6 +58,7 @@ class Commander(Role):
         self.phase_started = time.monotonic()
         self.checkpoints = CheckpointCoordinator(self)
         self.lockstep = Lockstep(self) if cfg.commander.deterministic else None
+        self.last_seen = {name: time.monotonic() for name in topology.rank_of if name != self.name}
 
     # -- the loop -------------------------------------------------------------------------
     def work(self) -> bool:
@@ -80,6 +81,7 @@ class Commander(Role):
             self.conclude()
             return True
         self.check_shutdown_timeout()
+        self.check_heartbeats()
         return self.report_progress() or progressed
 
     # -- messages -------------------------------------------------------------------------
@@ -114,6 +116,26 @@ class Commander(Role):
         (space or self.learner_space).release()
         self.sink.record("task_failed", {"role": role, **msg.meta})
 
+    def note_message(self, msg: Message) -> None:
+        if msg.src in self.last_seen:
+            self.last_seen[msg.src] = time.monotonic()
+
+    def handle_heartbeat(self, msg: Message) -> None:
+        """Nothing to do: every message, this one included, proves its sender alive."""
+
+    def check_heartbeats(self) -> None:
+        """Abort, naming them, when roles went silent: a hung rank must not burn the
+        allocation until its time limit."""
+        limit = self.cfg.runtime.heartbeat_timeout_s
+        now = time.monotonic()
+        silent = sorted(name for name, seen in self.last_seen.items() if now - seen > limit)
+        if silent:
+            names = ", ".join(f"{n} (rank {self.topology.rank_of[n]})" for n in silent)
+            raise RuntimeError(
+                f"no heartbeat for {limit:g} s from {names}: stopped, hung or "
+                "starved of CPU; raise runtime.heartbeat_timeout_s if overloaded"
+            )
+
     def handle_checkpointed(self, msg: Message) -> None:
         self.checkpoints.on_checkpointed(msg.src, msg.meta)
 
@@ -122,6 +144,7 @@ class Commander(Role):
 
     def handle_stopped(self, msg: Message) -> None:
         self.awaiting_ack.discard(msg.src)
+        self.last_seen.pop(msg.src, None)
         for task_id, role in list(self.running.items()):
             if role == msg.src and self.topology.kind_of[role] == "collector":
                 del self.running[task_id]

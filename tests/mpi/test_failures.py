@@ -71,3 +71,61 @@ def test_unknown_environment_suggests_close_names(tmp_path: Path) -> None:
     result = run_local(["-m", "hpcmarl", "env.id=CartPol-v1"], timeout=60, cwd=tmp_path)
     assert result.returncode == 2
     assert "CartPole-v1" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.mpi
+def test_a_stopped_collector_is_named_within_the_heartbeat_timeout(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from ..checkpoint.test_resume import rank_pids
+    from .conftest import MPIRUN, ROOT
+
+    layout = [
+        "topology.param_servers=1",
+        "topology.replay_shards=1",
+        "topology.learners=1",
+        "topology.collectors=2",
+        "topology.colocate=false",
+    ]
+    cmd = [
+        "bash",
+        str(MPIRUN),
+        "-n",
+        "6",
+        sys.executable,
+        "-m",
+        "hpcmarl",
+        *SHORT,
+        *layout,
+        "runtime.heartbeat_interval_s=1",
+        "runtime.heartbeat_timeout_s=6",
+        f"runtime.run_dir={tmp_path}",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    progress = tmp_path / "progress.csv"
+    while time.monotonic() < deadline and not (
+        progress.exists() and len(progress.read_text().splitlines()) >= 2
+    ):
+        time.sleep(0.5)
+    os.kill(rank_pids(tmp_path)[5], signal.SIGSTOP)  # rank 5 hosts collector1 alone
+    stopped = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("a silent collector was never noticed")
+    print(f"job ended {time.monotonic() - stopped:.1f} s after SIGSTOP")
+    assert proc.returncode != 0
+    assert "no heartbeat for 6 s from collector1 (rank 5)" in err

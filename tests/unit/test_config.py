@@ -275,6 +275,8 @@ BAD_VALUES = {
     "checkpoint.every_updates": -5,
     "checkpoint.keep": 0,
     "checkpoint.timeout_s": 0.0,
+    "runtime.heartbeat_interval_s": 0.0,
+    "runtime.heartbeat_timeout_s": -1.0,
     "runtime.torch_threads": 0,
     "runtime.idle_sleep_max_s": -1,
     "runtime.shutdown_timeout_s": 0,
