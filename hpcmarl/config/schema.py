@@ -153,6 +153,16 @@ class CheckpointConfig:
 
 
 @dataclass
+class ReplayLogConfig:
+    """Trajectories written by collectors as HDF5 replay files, for offline analysis."""
+
+    enabled: bool = False
+    """Write every fragment each collector produces to `RUN_DIR/replay/<collector>.h5`."""
+    flush_every_fragments: int = 10
+    """Fragments between flushes: a killed job keeps every flushed row readable."""
+
+
+@dataclass
 class TopologyConfig:
     """How many of each role the job wants; placement on ranks follows from the world size."""
 
@@ -210,6 +220,8 @@ class JobConfig:
     """Schedule and stop."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoints."""
+    replay_log: ReplayLogConfig = field(default_factory=ReplayLogConfig)
+    """Replay files for offline analysis."""
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     """Role counts."""
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)

@@ -280,6 +280,7 @@ class EpisodeTracker:
         self.returns = np.zeros(num_envs, np.float64)
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
+        self.finished_ids: list[int] = []
 
     def restart(self) -> None:
         """Fresh episodes in every copy (their environment was recreated)."""
@@ -290,7 +291,7 @@ class EpisodeTracker:
         self.returns[:] = 0.0
 
     def start_task(self) -> None:
-        self.finished_returns, self.finished_lengths = [], []
+        self.finished_returns, self.finished_lengths, self.finished_ids = [], [], []
 
     def record(self, step: Any) -> None:
         self.returns += sum(step.rewards.values())
@@ -298,9 +299,14 @@ class EpisodeTracker:
         for i in np.flatnonzero(step.episode_ended):
             self.finished_returns.append(float(self.returns[i]))
             self.finished_lengths.append(int(self.lengths[i]))
+            self.finished_ids.append(int(self.ids[i]))
             self.returns[i], self.lengths[i] = 0.0, 0
             self.ids[i] = self.base + self.count
             self.count += 1
 
     def task_summary(self) -> dict:
-        return {"episode_returns": self.finished_returns, "episode_lengths": self.finished_lengths}
+        return {
+            "episode_returns": self.finished_returns,
+            "episode_lengths": self.finished_lengths,
+            "episode_ids": self.finished_ids,
+        }

@@ -100,6 +100,7 @@ class Commander(Role):
                 self.on_eval(msg.meta["eval"])
             else:
                 self.stats.on_collect(msg.meta["collect"])
+                self.record_episodes(role, msg.meta["collect"])
                 if self.lockstep is not None:
                     self.lockstep.on_collect(msg.meta["collect"])
         else:
@@ -107,6 +108,22 @@ class Commander(Role):
             self.stats.on_learn(msg.meta["stats"])
             if self.lockstep is not None:
                 self.lockstep.on_learn(msg.meta["stats"])
+
+    def record_episodes(self, collector: str, stats: dict) -> None:
+        """One `episode` row per finished training episode, for offline analysis to check."""
+        for episode_id, ret, length in zip(
+            stats["episode_ids"], stats["episode_returns"], stats["episode_lengths"], strict=True
+        ):
+            self.sink.record(
+                "episode",
+                {
+                    "collector": collector,
+                    "episode_id": episode_id,
+                    "return": ret,
+                    "length": length,
+                    "env_steps": self.stats.env_steps,
+                },
+            )
 
     def handle_task_failed(self, msg: Message) -> None:
         """notify_fail: the task's space is released and the failure recorded."""

@@ -149,6 +149,7 @@ RESUMABLE_CHANGES = (
     "commander",
     "checkpoint",
     "runtime",
+    "replay_log",
     "topology.collectors",
     "topology.colocate",
 )
