@@ -8,6 +8,7 @@ builds its own roles from the same inputs.
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,4 +201,26 @@ def build_collector(
         make_eval_env,
         remake_env=lambda: make_vector_env(cfg.env, cfg.env.num_envs, seed + next(restarts)),
         deterministic=cfg.commander.deterministic,
+        replay_log=replay_log_for(cfg, spec, name),
+    )
+
+
+def replay_log_for(cfg: JobConfig, spec: EnvSpec, name: str) -> Any:
+    """The collector's replay file writer when the job asks for one (`replay_log.enabled`)."""
+    if not cfg.replay_log.enabled:
+        return None
+    from ..storage.replay_log import ReplayLogWriter
+
+    path = os.path.join(cfg.runtime.run_dir, "replay", f"{name}.h5")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    meta = {"job": cfg.name, "collector": name, "seed": cfg.seed}
+    return ReplayLogWriter(
+        path,
+        agents=spec.agents,
+        policy_of=spec.policy_of,
+        obs_dims=spec.obs_dims,
+        n_actions=spec.n_actions,
+        env_id=cfg.env.id,
+        flush_every=cfg.replay_log.flush_every_fragments,
+        meta=meta,
     )

@@ -48,6 +48,7 @@ class Collector(Role):
         make_eval_env: Callable[[int, int | None], Any],
         remake_env: Callable[[], Any] | None = None,
         deterministic: bool = False,
+        replay_log: Any = None,
     ) -> None:
         super().__init__(name, transport)
         self.env, self.actors, self.policy_of = env, actors, policy_of
@@ -55,6 +56,7 @@ class Collector(Role):
         self.sync_every, self.make_eval_env = sync_every, make_eval_env
         self.remake_env = remake_env
         self.deterministic = deterministic
+        self.replay_log = replay_log
         self.env_failures = 0
         self.unacked = 0
         self.shipped = 0
@@ -125,6 +127,11 @@ class Collector(Role):
     def counters(self) -> dict:
         return {"role": self.name, "env_steps": self.env_steps}
 
+    def finish(self) -> None:
+        if self.replay_log is not None:
+            self.replay_log.close()
+        super().finish()
+
     def state(self) -> dict:
         """Counters, RNG and episode bookkeeping; environments cannot be saved, so a resumed
         collector starts fresh episodes (with new ids) and pulls weights first."""
@@ -172,7 +179,11 @@ class Collector(Role):
         self.env_steps += self.env.num_envs
         if self.fragment.advance():
             self.env_failures = 0
-            self.outbox.extend(self.fragment.batches().items())
+            batches = self.fragment.batches()
+            if self.replay_log is not None:
+                for policy, batch in batches.items():
+                    self.replay_log.append(policy, batch)
+            self.outbox.extend(batches.items())
             self.fragment.reset()
             self.fragments_sent += 1
             if self.fragments_sent % self.sync_every == 0:
