@@ -129,3 +129,11 @@ def test_a_stopped_collector_is_named_within_the_heartbeat_timeout(tmp_path: Pat
     print(f"job ended {time.monotonic() - stopped:.1f} s after SIGSTOP")
     assert proc.returncode != 0
     assert "no heartbeat for 6 s from collector1 (rank 5)" in err
+
+
+def test_an_algorithm_that_does_not_fit_the_action_space_is_refused(tmp_path: Path) -> None:
+    result = run_local(["-m", "hpcmarl", "env.id=Pendulum-v1"], timeout=60, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "Pendulum-v1" in result.stderr or "Discrete" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -62,3 +62,24 @@ def test_simple_spread_improves(tmp_path: Path, job: str) -> None:
     assert len([r for r in rows if r["kind"] == "eval"]) >= 2
     train = [r["train_return"] for r in rows if r["kind"] == "progress" and r["train_return"]]
     assert train[-1] > train[0] + 5.0, train
+
+
+@pytest.mark.mpi
+def test_the_default_layout_runs_over_tcp_only(tmp_path: Path) -> None:
+    """Ranks on different nodes share no memory: the transport must work over TCP alone."""
+    result = run_mpi(
+        16,
+        [
+            "-m",
+            "hpcmarl",
+            "commander.max_env_steps=4000",
+            "commander.stop_value=null",
+            f"runtime.run_dir={tmp_path}",
+        ],
+        timeout=300,
+        env={"OMPI_MCA_btl": "tcp,self"},
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "step budget reached" in finished_line(result.stdout)
+    rows = check_run_dir(tmp_path)
+    assert any(r["kind"] == "progress" and r["updates"] > 0 for r in rows)
