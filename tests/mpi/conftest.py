@@ -11,13 +11,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MPIRUN = ROOT / "tools" / "mpirun.sh"
+VENV = str(Path(sys.executable).parent.parent)
+"""The virtualenv running the tests; its mpirun launches them (Open MPI's or MPICH's)."""
 
 
 def run_mpi(
     ranks: int, args: list[str], timeout: float, env: dict | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess:
     """`mpirun -n ranks python ARGS`; a hang fails the test instead of the suite."""
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "HPCMARL_VENV": VENV, **(env or {})}
     cmd = ["bash", str(MPIRUN), "-n", str(ranks), sys.executable, *args]
     try:
         return subprocess.run(

@@ -82,7 +82,7 @@ def test_a_stopped_collector_is_named_within_the_heartbeat_timeout(tmp_path: Pat
     import time
 
     from ..checkpoint.test_resume import rank_pids
-    from .conftest import MPIRUN, ROOT
+    from .conftest import MPIRUN, ROOT, VENV
 
     layout = [
         "topology.param_servers=1",
@@ -108,6 +108,7 @@ def test_a_stopped_collector_is_named_within_the_heartbeat_timeout(tmp_path: Pat
     proc = subprocess.Popen(
         cmd,
         cwd=ROOT,
+        env={**os.environ, "HPCMARL_VENV": VENV},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
