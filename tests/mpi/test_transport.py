@@ -23,3 +23,11 @@ def test_huge_arrays_travel_in_chunks() -> None:
     result = run_mpi(2, [SCRIPT], timeout=120, env={"HPCMARL_CHUNK_BYTES": "65536"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count(": ok") == 2
+
+
+@pytest.mark.mpi
+def test_refilled_staging_never_corrupts_messages_in_flight() -> None:
+    script = str(ROOT / "tests" / "mpi" / "scripts" / "staging_digests.py")
+    result = run_mpi(2, [script], timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(": ok") == 2

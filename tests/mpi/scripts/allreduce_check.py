@@ -74,7 +74,7 @@ def reference(size: int, steps: int) -> DQN:
     algo = DQN(4, 2, LearnerConfig(), SEED)
     for _ in range(steps):
         grads = [algo.compute_gradients(batch(r), None)[0] for r in range(size)]
-        algo.apply_gradients(np.mean(np.stack(grads), axis=0, dtype=np.float32))
+        algo.apply_gradients(np.stack(grads).mean(axis=0, dtype=np.float32))
     return algo
 
 
