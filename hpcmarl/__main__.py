@@ -19,6 +19,11 @@ examples:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # First of all: a Slurm warning (USR1) during the slow start-up must become a flag the
+    # commander acts on, not the default action that kills the process.
+    from .launch import signals
+
+    signals.install()
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("-h", "--help", "help"):
         print(USAGE)

@@ -21,9 +21,10 @@ from ..launch import signals
 from ..launch.topology import Topology
 from ..metrics import MetricsSink
 from .coordinator import CheckpointCoordinator
+from .free_running import FreeRunning
 from .lockstep import Lockstep
 from .run_stats import RunStats
-from .task_space import TaskSpace, linear_epsilon, new_task_id
+from .task_space import TaskSpace
 
 EXIT_CHECKPOINTED = 75
 """Exit code of a run stopped by a signal after writing its checkpoint: requeue and resume."""
@@ -58,6 +59,7 @@ class Commander(Role):
         self.phase_started = time.monotonic()
         self.checkpoints = CheckpointCoordinator(self)
         self.lockstep = Lockstep(self) if cfg.commander.deterministic else None
+        self.schedule: Lockstep | FreeRunning = self.lockstep or FreeRunning(self)
         self.last_seen = {name: time.monotonic() for name in topology.rank_of if name != self.name}
 
     # -- the loop -------------------------------------------------------------------------
@@ -177,69 +179,11 @@ class Commander(Role):
             self.checkpoints.begin()
 
     def grant_tasks(self) -> bool:
-        if self.lockstep is not None:
-            return self.lockstep.advance()
-        granted = self.grant_collector_tasks()
-        return self.grant_learner_tasks() or granted
-
-    def grant_collector_tasks(self) -> bool:
-        granted = False
-        while self.waiting_collectors and self.collector_space.acquire():
-            collector = self.waiting_collectors.popleft()
-            self.send("task", collector, self.next_collector_task(collector))
-            granted = True
-        return granted
-
-    def next_collector_task(self, collector: str) -> dict:
-        c = self.cfg.commander
-        due = time.monotonic() - self.last_eval >= c.eval_interval_s
-        if due and not self.eval_running and self.stats.total_updates() > 0:
-            self.eval_running, self.last_eval = True, time.monotonic()
-            task = {"task_id": new_task_id("eval"), "kind": "eval", "episodes": c.eval_episodes}
-        else:
-            col = self.cfg.collector
-            eps = linear_epsilon(
-                self.stats.env_steps, col.eps_start, col.eps_end, col.eps_decay_steps
-            )
-            task = {
-                "task_id": new_task_id("collector"),
-                "kind": "collect",
-                "fragments": col.fragments_per_task,
-                "epsilon": eps,
-            }
-        self.running[str(task["task_id"])] = collector
-        return task
-
-    def grant_learner_tasks(self) -> bool:
-        """Learners of one policy start their tasks together, or not at all (lockstep)."""
-        granted = False
-        for group in self.learner_groups():
-            if not set(group) <= self.waiting_learners or not self.replay_ready(group):
-                continue
-            task_id = new_task_id("learner")
-            for learner in group:
-                self.learner_space.acquire()
-                self.waiting_learners.discard(learner)
-                self.running[f"{task_id}/{learner}"] = learner
-                self.send(
-                    "task",
-                    learner,
-                    {
-                        "task_id": f"{task_id}/{learner}",
-                        "updates": self.cfg.learner.updates_per_task,
-                    },
-                )
-            granted = True
-        return granted
+        return self.schedule.advance()
 
     def learner_groups(self) -> list[list[str]]:
         groups = {tuple(sorted(m)) for m in self.topology.learners_of_policy.values()}
         return [list(g) for g in sorted(groups)]
-
-    def replay_ready(self, group: list[str]) -> bool:
-        policies = {p for learner in group for p in self.topology.policies_of_learner[learner]}
-        starts = max(1, self.cfg.replay.learning_starts)
-        return all(self.stats.replay_size(p) >= starts for p in policies)
 
     def increase_collector_task_space(self, n: int = 1) -> None:
         """Resume paused collectors."""

@@ -1,0 +1,88 @@
+"""The default schedule: every collector and learner group works as fast as it can.
+
+Collectors get a task whenever they ask and collector task space is left; every
+`eval_interval_s` the next one is a greedy evaluation. Learners of one policy start their tasks
+together or not at all, and only once a replay shard holds `learning_starts` items of each of
+their policies. The rate limiter on the replay shards, not this schedule, keeps collection and
+learning in proportion.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from .task_space import linear_epsilon, new_task_id
+
+if TYPE_CHECKING:
+    from .commander import Commander
+
+
+class FreeRunning:
+    """Grants tasks as requests come in (DI-engine's SoloCommander task spaces)."""
+
+    def __init__(self, commander: Commander) -> None:
+        self.commander = commander
+
+    def advance(self) -> bool:
+        granted = self.grant_collector_tasks()
+        return self.grant_learner_tasks() or granted
+
+    def grant_collector_tasks(self) -> bool:
+        c = self.commander
+        granted = False
+        while c.waiting_collectors and c.collector_space.acquire():
+            collector = c.waiting_collectors.popleft()
+            task = self.next_collector_task()
+            c.running[str(task["task_id"])] = collector
+            c.send("task", collector, task)
+            granted = True
+        return granted
+
+    def next_collector_task(self) -> dict:
+        """A greedy evaluation when one is due, else a collect task at the current epsilon."""
+        c = self.commander
+        settings = c.cfg.commander
+        due = time.monotonic() - c.last_eval >= settings.eval_interval_s
+        if due and not c.eval_running and c.stats.total_updates() > 0:
+            c.eval_running, c.last_eval = True, time.monotonic()
+            return {
+                "task_id": new_task_id("eval"),
+                "kind": "eval",
+                "episodes": settings.eval_episodes,
+            }
+        col = c.cfg.collector
+        eps = linear_epsilon(c.stats.env_steps, col.eps_start, col.eps_end, col.eps_decay_steps)
+        return {
+            "task_id": new_task_id("collector"),
+            "kind": "collect",
+            "fragments": col.fragments_per_task,
+            "epsilon": eps,
+        }
+
+    def grant_learner_tasks(self) -> bool:
+        """Learners of one policy start their tasks together, or not at all."""
+        c = self.commander
+        granted = False
+        for group in c.learner_groups():
+            if not set(group) <= c.waiting_learners or not self.replay_ready(group):
+                continue
+            task_id = new_task_id("learner")
+            for learner in group:
+                c.learner_space.acquire()
+                c.waiting_learners.discard(learner)
+                c.running[f"{task_id}/{learner}"] = learner
+                task = {
+                    "task_id": f"{task_id}/{learner}",
+                    "updates": c.cfg.learner.updates_per_task,
+                }
+                c.send("task", learner, task)
+            granted = True
+        return granted
+
+    def replay_ready(self, group: list[str]) -> bool:
+        """Some shard holds `learning_starts` items of every policy the group trains."""
+        c = self.commander
+        policies = {p for learner in group for p in c.topology.policies_of_learner[learner]}
+        starts = max(1, c.cfg.replay.learning_starts)
+        return all(c.stats.replay_size(p) >= starts for p in policies)

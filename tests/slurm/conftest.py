@@ -1,0 +1,158 @@
+"""A real single-node Slurm cluster (tools/install_slurm.sh) and jobs submitted to it.
+
+Every wait on the cluster polls `scontrol` against a deadline; a job that misses it fails the
+test with its log. Jobs still queued or running when a test ends are cancelled.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = ROOT / "slurm" / "train.sh"
+JOB = ROOT / "jobs" / "cartpole_dqn.yaml"
+FINAL_STATES = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "PREEMPTED",
+}
+
+
+def _unavailable() -> str:
+    """Why this machine cannot host the test cluster, or '' when it can."""
+    if os.geteuid() != 0:
+        return "needs root (installs slurm-wlm and munge, starts slurmctld, slurmd and munged)"
+    if shutil.which("sbatch") is None and not (shutil.which("apt-get") and shutil.which("dpkg")):
+        return "Slurm is not installed and apt-get/dpkg are unavailable to install it"
+    return ""
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    """Installs (when missing) and starts the cluster once per session; idempotent."""
+    reason = _unavailable()
+    if reason and os.environ.get("CI") == "true":
+        pytest.fail(f"tests/slurm cannot run under CI: {reason}")
+    if reason:
+        pytest.skip(reason)
+    if os.environ.get("HPCMARL_SLURM_ETC"):
+        os.environ["SLURM_CONF"] = os.path.join(os.environ["HPCMARL_SLURM_ETC"], "slurm.conf")
+    done = subprocess.run(
+        ["bash", str(ROOT / "tools" / "install_slurm.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"tools/install_slurm.sh failed:\n{done.stdout}\n{done.stderr}")
+
+
+@dataclass
+class Job:
+    """One submitted batch job: its id, its log and the last state `scontrol` showed."""
+
+    id: str
+    log: Path
+    info: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def state(self) -> str:
+        return self.info.get("JobState", "")
+
+    @property
+    def restarts(self) -> int:
+        return int(self.info.get("Restarts", "0"))
+
+    @property
+    def exit_code(self) -> int:
+        """The batch script's exit code (`ExitCode=code:signal`)."""
+        return int(self.info.get("ExitCode", "0:0").split(":")[0])
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def refresh(self) -> dict[str, str]:
+        """The job as `scontrol` shows it now; the last state once it has left the queue."""
+        shown = subprocess.run(
+            ["scontrol", "show", "job", "-o", self.id], capture_output=True, text=True, timeout=30
+        )
+        if shown.returncode == 0:
+            self.info = dict(w.split("=", 1) for w in shown.stdout.split() if "=" in w)
+        return self.info
+
+    def wait(self, until: Callable[[Job], bool], timeout: float, what: str) -> None:
+        """Polls once a second until `until(self)`; fails with the log past the deadline."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.refresh()
+            if until(self):
+                return
+            time.sleep(1.0)
+        self.fail(f"not {what} within {timeout:.0f}s")
+
+    def wait_final(self, timeout: float) -> None:
+        self.wait(lambda j: j.state in FINAL_STATES, timeout, "finished")
+
+    def fail(self, problem: str) -> None:
+        pytest.fail(
+            f"job {self.id}: {problem}; state {self.state} restarts {self.info.get('Restarts')} "
+            f"exit {self.info.get('ExitCode')} reason {self.info.get('Reason')}\n"
+            f"--- {self.log} ---\n{self.text()[-6000:]}"
+        )
+
+    def expect(self, ok: bool, problem: str) -> None:
+        if not ok:
+            self.fail(problem)
+
+
+class Submitter:
+    """`sbatch` from a scratch folder (the job's working directory) with an absolute script."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        (workdir / "runs").mkdir(exist_ok=True)  # the header's --output=runs/slurm-%j.out
+        self.jobs: list[Job] = []
+
+    def __call__(
+        self, options: list[str], args: list[str], env: dict[str, str] | None = None
+    ) -> Job:
+        full_env = {**os.environ, **(env or {})}
+        cmd = ["sbatch", "--parsable", *options, str(TRAIN), str(JOB), *args]
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=60, env=full_env, cwd=self.workdir
+        )
+        if done.returncode != 0:
+            pytest.fail(f"{' '.join(cmd)} failed: {done.stderr}")
+        job_id = done.stdout.strip().split(";")[0]
+        job = Job(job_id, self.workdir / "runs" / f"slurm-{job_id}.out")
+        self.jobs.append(job)
+        return job
+
+    def cancel_all(self) -> None:
+        ids = [j.id for j in self.jobs]
+        if ids:
+            subprocess.run(["scancel", *ids], capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def submit(slurm_cluster: None, tmp_path: Path) -> Iterator[Submitter]:
+    """Submits jobs whose working directory is this test's tmp_path; cancels them at the end."""
+    submitter = Submitter(tmp_path)
+    try:
+        yield submitter
+    finally:
+        submitter.cancel_all()

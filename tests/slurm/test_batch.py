@@ -1,0 +1,106 @@
+"""slurm/train.sh on a real cluster: a normal end (mpirun and srun), the time-limit cycle
+(signal, checkpoint, exit 75, requeue, resume), a crash and a spent requeue budget, which are not
+requeued, and a first start that refuses another job's run directory.
+
+Every job runs 4 ranks on this 2-core node (`--ntasks=4 --overcommit`) from a scratch working
+directory, so the header's `--output=runs/slurm-%j.out` and the default run directory
+`runs/hpcmarl-<job id>` land there.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import FINAL_STATES, Job, Submitter
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["--ntasks=4", "--overcommit"]
+QUICK = ["commander.stop_value=null", "topology.collectors=2"]
+PROGRESS = "hpcmarl:  "  # the commander's progress lines: training has started
+
+
+def run_dir(submit: Submitter, job: Job) -> Path:
+    return submit.workdir / "runs" / f"hpcmarl-{job.id}"
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "srun"])
+def test_job_that_finishes_exits_0(submit: Submitter, launcher: str) -> None:
+    job = submit(SMALL, ["commander.max_env_steps=3000", *QUICK], {"HPCMARL_LAUNCHER": launcher})
+    job.wait_final(timeout=150)
+    log = job.text()
+    job.expect(job.state == "COMPLETED" and job.exit_code == 0, "did not complete with exit 0")
+    job.expect("hpcmarl: finished: step budget reached" in log, "no finished line")
+    job.expect("hpcmarl-slurm: finished (exit 0)" in log, "no hpcmarl-slurm: finished line")
+    job.expect(job.restarts == 0, "was requeued")
+    job.expect((run_dir(submit, job) / "config.yaml").is_file(), "no runs/hpcmarl-<id>")
+    job.expect("topology for 4 rank(s)" in log, f"{launcher} did not start 4 ranks of one world")
+
+
+def test_time_limit_checkpoints_requeues_and_resumes(submit: Submitter) -> None:
+    # slurmctld checks time limits every 30 s and sends the warning up to 30 s early, at the
+    # first check with `now + 30 + N >= end`: with a 1-minute limit, @5 lands 25-55 s after the
+    # start (@35 would land in the first seconds, possibly before Python has a handler).
+    # The budget is 75 s on the training clock, which a resumed run continues: more than the
+    # first run can do, so it must checkpoint at the signal, exit 75 and be requeued.
+    job = submit(
+        [*SMALL, "--time=1", "--signal=B:USR1@5"],
+        ["commander.max_wall_time_s=75", "commander.max_env_steps=10000000", *QUICK],
+    )
+    job.wait(lambda j: j.restarts >= 1 or j.state in FINAL_STATES, 150, "requeued")
+    job.expect(job.restarts == 1, "ended instead of being requeued")
+    # The resumed run finishes its budget inside one allocation: no second signal cycle.
+    subprocess.run(["scontrol", "update", f"JobId={job.id}", "TimeLimit=4"], check=True)
+    job.wait_final(timeout=240)
+    log = job.text()
+    job.expect(job.state == "COMPLETED" and job.exit_code == 0, "resumed run did not exit 0")
+    job.expect(job.restarts == 1, "requeued more than once")
+    for line in (
+        "hpcmarl-slurm: job {id} restart 0",
+        "hpcmarl-slurm: got SIGUSR1",
+        "hpcmarl: finished: interrupted by SIGUSR1; checkpointed at the time limit",
+        "hpcmarl-slurm: checkpointed at the time limit: requeueing job {id} (restart 1 of 10)",
+        "hpcmarl-slurm: job {id} restart 1",
+        "hpcmarl: resumed from checkpoint",
+        "hpcmarl: finished: wall-time limit reached",
+        "hpcmarl-slurm: finished (exit 0)",
+    ):
+        job.expect(line.format(id=job.id) in log, f"no line {line!r} (log appended across runs)")
+    job.expect(log.index("restart 0") < log.index("resumed from"), "runs out of order")
+    job.expect((run_dir(submit, job) / "checkpoints" / "latest").exists(), "no checkpoint")
+
+
+def test_crash_is_not_requeued(submit: Submitter) -> None:
+    job = submit(SMALL, ["env.id=NoSuchEnv-v0", *QUICK])
+    job.wait_final(timeout=120)
+    log = job.text()
+    job.expect(job.state == "FAILED" and job.exit_code == 2, "did not fail with the user error")
+    job.expect(job.restarts == 0, "a crash was requeued")
+    job.expect("hpcmarl-slurm: crashed (exit 2): not requeued" in log, "no crashed line")
+
+
+def test_term_checkpoints_but_spent_budget_is_not_requeued(submit: Submitter) -> None:
+    # A TERM to the batch shell (`--signal=B:TERM@N`, `scancel --batch`) reaches ranks as USR1.
+    job = submit(SMALL, ["commander.max_env_steps=10000000", *QUICK], {"HPCMARL_MAX_REQUEUES": "0"})
+    job.wait(lambda j: PROGRESS in j.text() or j.state in FINAL_STATES, 120, "training")
+    subprocess.run(["scancel", "--batch", "--signal=TERM", job.id], check=True)
+    job.wait_final(timeout=90)
+    log = job.text()
+    job.expect(job.state == "FAILED" and job.exit_code == 75, "did not end with 75")
+    job.expect(job.restarts == 0, "requeued with HPCMARL_MAX_REQUEUES=0")
+    job.expect("hpcmarl-slurm: got SIGTERM" in log, "TERM not forwarded")
+    job.expect("hpcmarl: finished: interrupted by SIGUSR1" in log, "no checkpoint on TERM")
+    job.expect("hpcmarl-slurm: checkpointed, but not requeued: 0 of 0" in log, "no budget line")
+
+
+def test_first_start_refuses_an_existing_run_dir(submit: Submitter) -> None:
+    # Job ids restart on a reinstalled cluster; a new job must not resume an old one's run.
+    job = submit([*SMALL, "--hold"], ["commander.max_env_steps=3000", *QUICK])
+    run_dir(submit, job).mkdir()
+    subprocess.run(["scontrol", "release", job.id], check=True)
+    job.wait_final(timeout=60)
+    job.expect(job.state == "FAILED" and job.exit_code == 2, "started in a stale run directory")
+    job.expect("already exists from an earlier job" in job.text(), "no stale-run-dir line")
