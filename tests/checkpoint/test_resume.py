@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 
 from hpcmarl.storage.hdf5 import read_tree
 
-from ..mpi.conftest import MPIRUN, ROOT, VENV, run_local
+from ..mpi.conftest import BackgroundJob, progress_rows, run_local
 
 SMALL = [
     "commander.stop_value=null",
@@ -92,49 +90,19 @@ def test_a_foreign_run_directory_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.mpi
 def test_sigusr1_checkpoints_and_exits_75_then_resume_finishes(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HPCMARL_VENV": VENV}
-    cmd = [
-        "bash",
-        str(MPIRUN),
-        "-n",
-        "4",
-        sys.executable,
-        "-m",
-        "hpcmarl",
-        *SMALL,
-        "commander.max_env_steps=200000",
-        f"runtime.run_dir={tmp_path}",
-    ]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    job = BackgroundJob(
+        4, [*SMALL, "commander.max_env_steps=200000", f"runtime.run_dir={tmp_path}"]
     )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _trained_a_little(tmp_path):
-        time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGUSR1)
-    try:
-        out, err = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("the job did not stop after SIGUSR1")
-    assert proc.returncode == 75, err[-3000:]
+    job.wait_for(progress_rows(tmp_path, 2), 120, "two progress rows")
+    job.signal(signal.SIGUSR1)
+    out, err = job.finish(120, "it did not stop after SIGUSR1")
+    assert job.returncode == 75, err[-3000:]
     assert "checkpointed at the time limit" in last_line(out)
     done = run_local(
         ["-m", "hpcmarl", "resume", str(tmp_path), "commander.max_env_steps=1"], timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resumed from checkpoint" in done.stdout
-
-
-def _trained_a_little(run_dir: Path) -> bool:
-    progress = run_dir / "progress.csv"
-    return progress.exists() and len(progress.read_text().splitlines()) >= 3
 
 
 def rank_pids(run_dir: Path) -> dict[int, int]:
@@ -158,43 +126,16 @@ def rank_pids(run_dir: Path) -> dict[int, int]:
 
 @pytest.mark.mpi
 def test_kill_9_of_a_replay_rank_ends_the_job_and_resume_restores_replay(tmp_path: Path) -> None:
-    cmd = [
-        "bash",
-        str(MPIRUN),
-        "-n",
-        "16",
-        sys.executable,
-        "-m",
-        "hpcmarl",
-        *SMALL,
-        "checkpoint.every_updates=400",
-        "commander.max_env_steps=200000",
-        f"runtime.run_dir={tmp_path}",
-    ]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env={**os.environ, "HPCMARL_VENV": VENV},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    args = [*SMALL, "checkpoint.every_updates=400", "commander.max_env_steps=200000"]
+    job = BackgroundJob(16, [*args, f"runtime.run_dir={tmp_path}"])
     latest = tmp_path / "checkpoints" / "latest"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not latest.exists():
-        time.sleep(0.5)
-    assert latest.exists(), "no checkpoint was written"
+    job.wait_for(latest.exists, 180, "a checkpoint")
     replay_rank = 2  # the default 16-rank layout: commander, ps0, replay0 on rank 2
     os.kill(rank_pids(tmp_path)[replay_rank], signal.SIGKILL)
     killed = time.monotonic()
-    try:
-        proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("the job hung after a rank was killed")
+    job.finish(60, "after a rank was killed")
     print(f"job ended {time.monotonic() - killed:.1f} s after kill -9 of rank {replay_rank}")
-    assert proc.returncode != 0
+    assert job.returncode != 0
     saved = latest.read_text().strip()
     budget = manifest(tmp_path, saved)["info"]["counters"]["env_steps"]
     # Resuming at the step budget checkpoints again at once: the replay must be what was saved.

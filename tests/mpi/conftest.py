@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -50,3 +53,54 @@ def run_local(
         pytest.fail(
             f"python {' '.join(args)} hung past {timeout}s:\n{(exc.stdout or b'')[-3000:]!r}"
         )
+
+
+class BackgroundJob:
+    """`mpirun -n ranks python -m hpcmarl ARGS` running while a test acts on it (signals,
+    kills); every wait is bounded, and a job left running is killed with its process group."""
+
+    def __init__(self, ranks: int, args: list[str]) -> None:
+        cmd = ["bash", str(MPIRUN), "-n", str(ranks), sys.executable, "-m", "hpcmarl", *args]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "HPCMARL_VENV": VENV}
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+    def wait_for(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not ready():
+            time.sleep(0.5)
+        if not ready():
+            self.kill()
+            pytest.fail(f"{what} did not happen within {timeout:g} s")
+
+    def signal(self, sig: int) -> None:
+        os.killpg(self.proc.pid, sig)
+
+    def finish(self, timeout: float, what: str) -> tuple[str, str]:
+        """The job's stdout and stderr once it has ended; a job that does not end fails."""
+        try:
+            return self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"the job hung: {what}")
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.communicate()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+
+def progress_rows(run_dir: Path, at_least: int) -> Callable[[], bool]:
+    """A readiness check: the run has written `at_least` progress rows."""
+    progress = run_dir / "progress.csv"
+    return lambda: progress.exists() and len(progress.read_text().splitlines()) > at_least

@@ -17,7 +17,8 @@ from hpcmarl.comm import horovod
 
 from .conftest import ROOT, run_mpi
 
-SCRIPT = str(ROOT / "tests" / "mpi" / "scripts" / "allreduce_check.py")
+# `-m mpi4py`: a failed check on one rank aborts the world instead of leaving the others waiting.
+SCRIPT = ["-m", "mpi4py", str(ROOT / "tests" / "mpi" / "scripts" / "allreduce_check.py")]
 RANKS = 6
 HOROVOD_MISSING = horovod.unavailable_reason()
 
@@ -33,14 +34,14 @@ def check_all_ok(result: subprocess.CompletedProcess, backend: str) -> None:
 def mpi_run() -> subprocess.CompletedProcess:
     # Where Horovod is installed it is hidden; where it is not, its absence is the real thing.
     env = {horovod.HIDE_VAR: "1"} if HOROVOD_MISSING is None else {}
-    return run_mpi(RANKS, [SCRIPT, "mpi,auto", "mpi"], timeout=240, env=env)
+    return run_mpi(RANKS, [*SCRIPT, "mpi,auto", "mpi"], timeout=240, env=env)
 
 
 @pytest.fixture(scope="module")
 def horovod_run() -> subprocess.CompletedProcess:
     if HOROVOD_MISSING is not None:
         pytest.skip(f"{HOROVOD_MISSING}; `bash tools/install_horovod.sh` builds it")
-    return run_mpi(RANKS, [SCRIPT, "horovod,auto", "horovod"], timeout=240)
+    return run_mpi(RANKS, [*SCRIPT, "horovod,auto", "horovod"], timeout=240)
 
 
 @pytest.mark.mpi

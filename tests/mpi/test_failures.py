@@ -6,11 +6,15 @@ a non-zero exit and one line naming rank, role and cause.
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import run_local, run_mpi
+from ..checkpoint.test_resume import rank_pids
+from .conftest import BackgroundJob, progress_rows, run_local, run_mpi
 
 SHORT = ["commander.max_env_steps=200000", "commander.stop_value=null"]
 
@@ -75,15 +79,6 @@ def test_unknown_environment_suggests_close_names(tmp_path: Path) -> None:
 
 @pytest.mark.mpi
 def test_a_stopped_collector_is_named_within_the_heartbeat_timeout(tmp_path: Path) -> None:
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from ..checkpoint.test_resume import rank_pids
-    from .conftest import MPIRUN, ROOT, VENV
-
     layout = [
         "topology.param_servers=1",
         "topology.replay_shards=1",
@@ -91,44 +86,14 @@ def test_a_stopped_collector_is_named_within_the_heartbeat_timeout(tmp_path: Pat
         "topology.collectors=2",
         "topology.colocate=false",
     ]
-    cmd = [
-        "bash",
-        str(MPIRUN),
-        "-n",
-        "6",
-        sys.executable,
-        "-m",
-        "hpcmarl",
-        *SHORT,
-        *layout,
-        "runtime.heartbeat_interval_s=1",
-        "runtime.heartbeat_timeout_s=6",
-        f"runtime.run_dir={tmp_path}",
-    ]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env={**os.environ, "HPCMARL_VENV": VENV},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 120
-    progress = tmp_path / "progress.csv"
-    while time.monotonic() < deadline and not (
-        progress.exists() and len(progress.read_text().splitlines()) >= 2
-    ):
-        time.sleep(0.5)
+    heartbeat = ["runtime.heartbeat_interval_s=1", "runtime.heartbeat_timeout_s=6"]
+    job = BackgroundJob(6, [*SHORT, *layout, *heartbeat, f"runtime.run_dir={tmp_path}"])
+    job.wait_for(progress_rows(tmp_path, 1), 120, "a progress row")
     os.kill(rank_pids(tmp_path)[5], signal.SIGSTOP)  # rank 5 hosts collector1 alone
     stopped = time.monotonic()
-    try:
-        _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("a silent collector was never noticed")
+    _, err = job.finish(60, "a silent collector was never noticed")
     print(f"job ended {time.monotonic() - stopped:.1f} s after SIGSTOP")
-    assert proc.returncode != 0
+    assert job.returncode != 0
     assert "no heartbeat for 6 s from collector1 (rank 5)" in err
 
 
