@@ -11,6 +11,8 @@ import sys
 
 USAGE = """usage: python -m hpcmarl [train] [JOB.yaml] [key=value ...]
        python -m hpcmarl resume RUN_DIR [key=value ...]   continue from the newest checkpoint
+       python -m hpcmarl analyze RUN_DIR_OR_FILE... [--out DIR] [--json]
+       python -m hpcmarl export FILE --format minari|d4rl [--agent ID] [--out PATH]
        python -m hpcmarl --explain        every job key with its type, default and meaning
 
 examples:
@@ -33,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(explain())
         return 0
+    if args and args[0] in ("analyze", "export"):
+        from .analysis import cli
+
+        return int(getattr(cli, f"{args[0]}_main")(args[1:]))
     if args and args[0] == "resume":
         return resume(args[1:])
     if args and args[0] == "train":

@@ -1,0 +1,269 @@
+"""One agent's transitions from a replay file, as a D4RL file or a Minari dataset folder.
+
+D4RL is flat: every stored row of the agent in file order, `terminals` = terminations and
+`timeouts` = truncations, plus `infos/episode_id`, `infos/step` and `infos/policy_version` so
+episodes can be found again. Minari is one group `episode_<n>` per complete episode (n counts
+from 0, as Minari requires; the hpcmarl episode id is the group's `hpcmarl_episode_id`), with
+`observations` holding T + 1 rows (the final next_observation appended). Its metadata is
+Minari's `data/metadata.json` beside `data/main_data.hdf5`, mirrored as root attributes for
+h5py-only readers. A Minari episode ends at the agent's first done row: rows an environment
+pads a finished agent with are not transitions and are left out. Episodes cut by the start or
+end of the file are left out too, and counted.
+
+Both outputs are written under a temporary name and renamed when complete; an existing output
+is never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ..storage.hdf5 import StorageError, atomic_path
+from .reader import STATS_COLUMNS, TRANSITION_COLUMNS, Source, chunks, open_sources
+
+COLUMNS = (*TRANSITION_COLUMNS, *STATS_COLUMNS)
+MINARI_FORMAT_VERSION = "0.5.0"
+"""The Minari dataset format the folder follows (`minari_version` in its metadata)."""
+Columns = dict[str, np.ndarray]
+_D4RL_NAMES = {"terminations": "terminals", "truncations": "timeouts"}
+_D4RL_INFOS = ("episode_id", "step", "policy_version")
+
+
+def export(
+    path: str | Path, fmt: str, agent: str | None, out: str | Path | None, chunk_rows: int
+) -> dict[str, Any]:
+    """Write the export and return what was written (path, rows, episodes, left out)."""
+    with ExitStack() as stack:
+        source = _one_source(path, stack)
+        k = _pick_agent(source, agent)
+        target = Path(out) if out else _default_out(Path(path), source.agents[k], fmt)
+        if target.exists():
+            raise StorageError(f"{target} exists", "delete it or choose another path with --out")
+        rows = _agent_rows(source, k, chunk_rows)
+        writer = D4rlWriter(source, k) if fmt == "d4rl" else MinariWriter(source, k)
+        result = writer.write(rows, target)
+    return {"format": fmt, "agent": source.agents[k], "out": str(target), **result}
+
+
+def _one_source(path: str | Path, stack: ExitStack) -> Source:
+    sources = open_sources([path], stack)
+    if len(sources) != 1:
+        names = ", ".join(s.label for s in sources)
+        raise StorageError(f"{path} holds {len(sources)} replay logs ({names})", "export one")
+    return sources[0]
+
+
+def _pick_agent(source: Source, agent: str | None) -> int:
+    if agent is not None:
+        return source.agent_index(agent)
+    if len(source.agents) != 1:
+        raise StorageError(
+            f"{source.label} holds {len(source.agents)} agents: {', '.join(source.agents)}",
+            "choose one with --agent ID",
+        )
+    return 0
+
+
+def _default_out(path: Path, agent: str, fmt: str) -> Path:
+    stem = path.stem if path.is_file() else path.name
+    suffix = ".hdf5" if fmt == "d4rl" else ""
+    return path.parent / f"{stem}-{agent.lstrip('#')}-{fmt}{suffix}"
+
+
+def _agent_rows(source: Source, k: int, chunk_rows: int) -> Iterator[Columns]:
+    """The agent's rows in file order, as column chunks (a log keeps them in their own group)."""
+    policy = source.policy_of[source.agents[k]]
+    tables = [t for t in source.tables if t.policy == policy]
+    if source.kind == "replay_log":
+        tables = [t for t in tables if t.group.endswith(f"/{source.agents[k]}")]
+    for table in tables:
+        table.require(COLUMNS)
+    own = Source(source.label, source.kind, source.files, tables, source.agents, {})
+    for _, _, cols in chunks(own, COLUMNS, chunk_rows):
+        mine = cols["agent_id"] == k
+        yield cols if mine.all() else {n: c[mine] for n, c in cols.items()}
+
+
+class D4rlWriter:
+    """Flat arrays, appended chunk by chunk."""
+
+    def __init__(self, source: Source, k: int) -> None:
+        self.source, self.k = source, k
+
+    def write(self, rows: Iterable[Columns], target: Path) -> dict[str, Any]:
+        total = 0
+        with atomic_path(target) as tmp, h5py.File(tmp, "w-") as f:
+            _describe(f, self.source, self.k, "d4rl")
+            for cols in rows:
+                for name, data in cols.items():
+                    if name != "agent_id":
+                        _extend(f, _d4rl_name(name), data)
+                total += len(cols["rewards"])
+        return {"rows": total}
+
+
+def _d4rl_name(column: str) -> str:
+    return f"infos/{column}" if column in _D4RL_INFOS else _D4RL_NAMES.get(column, column)
+
+
+def _extend(f: h5py.File, name: str, data: np.ndarray) -> None:
+    if name not in f:
+        shape = (0, *data.shape[1:])
+        rows = max(1, 65536 // max(1, data[:1].nbytes))
+        f.create_dataset(
+            name,
+            shape=shape,
+            maxshape=(None, *data.shape[1:]),
+            dtype=data.dtype,
+            chunks=(rows, *data.shape[1:]),
+            compression="gzip",
+            shuffle=True,
+        )
+    ds = f[name]
+    old = ds.shape[0]
+    ds.resize(old + len(data), axis=0)
+    ds[old:] = data
+
+
+def _describe(f: h5py.File, source: Source, k: int, fmt: str) -> None:
+    f.attrs["hpcmarl_export"] = fmt
+    f.attrs["source"] = source.label
+    f.attrs["agent"] = source.agents[k]
+    f.attrs["env_id"] = source.env_id or ""
+
+
+class MinariWriter:
+    """Episodes gathered row by row; only the unfinished ones are held in memory."""
+
+    def __init__(self, source: Source, k: int) -> None:
+        self.source, self.k = source, k
+        self.open: dict[int, _Held] = {}
+        self.finished: dict[int, None] = {}  # ids written, in order: later rows are padding
+        self.count = self.steps = self.cut = 0
+        self.max_action = -1
+        self.obs_dim = 0
+
+    def write(self, rows: Iterable[Columns], target: Path) -> dict[str, Any]:
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
+        data = tmp / "data"
+        data.mkdir(parents=True)
+        try:
+            with h5py.File(data / "main_data.hdf5", "w-", track_order=True) as f:
+                for cols in rows:
+                    self._add(f, cols)
+                self.cut += len(self.open)
+                metadata = self._metadata()
+                f.attrs.update({k: v for k, v in metadata.items() if not isinstance(v, dict)})
+            (data / "metadata.json").write_text(json.dumps(metadata))
+            os.replace(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return {"episodes": self.count, "steps": self.steps, "episodes_left_out": self.cut}
+
+    def _add(self, f: h5py.File, cols: dict[str, np.ndarray]) -> None:
+        if not len(cols["rewards"]):
+            return
+        self.obs_dim = cols["observations"].shape[1]
+        self.max_action = max(self.max_action, int(cols["actions"].max()))
+        episode = cols["episode_id"]
+        starts = np.flatnonzero(np.concatenate([[True], episode[1:] != episode[:-1]]))
+        for a, b in zip(starts, [*starts[1:], len(episode)], strict=True):
+            self._add_run(f, int(episode[a]), {n: c[a:b] for n, c in cols.items()})
+
+    def _add_run(self, f: h5py.File, episode: int, run: dict[str, np.ndarray]) -> None:
+        """Hold a run of the episode's rows; write the episode once its rows up to the agent's
+        first done are all held (runs may come in any order: shards interleave fragments)."""
+        if episode in self.finished:
+            return  # padding after the agent's episode ended
+        held = self.open.setdefault(episode, _Held())
+        held.add(run)
+        cols = held.complete()
+        if cols is not None:
+            del self.open[episode]
+            self._write_episode(f, episode, cols)
+            self._close(episode)
+
+    def _close(self, episode: int) -> None:
+        self.finished[episode] = None
+        if len(self.finished) > 1 << 16:  # padding follows its episode closely; forget old ids
+            for old in list(self.finished)[: 1 << 15]:
+                del self.finished[old]
+
+    def _write_episode(self, f: h5py.File, episode: int, cols: dict[str, np.ndarray]) -> None:
+        group = f.create_group(f"episode_{self.count}")
+        group.attrs["id"] = self.count
+        group.attrs["total_steps"] = len(cols["rewards"])
+        group.attrs["hpcmarl_episode_id"] = episode
+        obs = np.concatenate([cols["observations"], cols["next_observations"][-1:]])
+        group.create_dataset("observations", data=obs)
+        for name in ("actions", "rewards", "terminations", "truncations"):
+            group.create_dataset(name, data=cols[name])
+        infos = group.create_group("infos")
+        for name in ("step", "policy_version"):
+            infos.create_dataset(name, data=cols[name])
+        self.count += 1
+        self.steps += len(cols["rewards"])
+
+    def _metadata(self) -> dict[str, Any]:
+        agent = self.source.agents[self.k]
+        space = self.source.action_spaces.get(agent)
+        n = int(space["n"]) if space else self.max_action + 1
+        inf = [float("inf")] * self.obs_dim
+        obs = {"type": "Box", "dtype": "float32", "shape": [self.obs_dim]}
+        return {
+            "dataset_id": _dataset_id(self.source.env_id or "replay", agent),
+            "total_episodes": self.count,
+            "total_steps": self.steps,
+            "data_format": "hdf5",
+            "observation_space": json.dumps({**obs, "low": [-x for x in inf], "high": inf}),
+            "action_space": json.dumps({"type": "Discrete", "dtype": "int64", "start": 0, "n": n}),
+            "minari_version": MINARI_FORMAT_VERSION,
+            "algorithm_name": "hpcmarl",
+            "hpcmarl": {"source": self.source.label, "agent": agent},
+        }
+
+
+class _Held:
+    """The rows of one unfinished episode of the agent, and the step of its first done."""
+
+    def __init__(self) -> None:
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.done: int | None = None
+
+    def add(self, run: dict[str, np.ndarray]) -> None:
+        self.parts.append(run)
+        ended = run["step"][run["terminations"] | run["truncations"]]
+        if len(ended):
+            first = int(ended.min())
+            self.done = first if self.done is None else min(self.done, first)
+
+    def complete(self) -> dict[str, np.ndarray] | None:
+        """Rows of steps 0..done in step order, once every one of them is held."""
+        if self.done is None:
+            return None
+        cols = {n: np.concatenate([p[n] for p in self.parts]) for n in self.parts[0]}
+        keep = np.flatnonzero(cols["step"] <= self.done)
+        if len(keep) != self.done + 1:
+            return None
+        keep = keep[np.argsort(cols["step"][keep], kind="stable")]
+        if not np.array_equal(cols["step"][keep], np.arange(self.done + 1)):
+            return None
+        return {n: c[keep] for n, c in cols.items()}
+
+
+def _dataset_id(env_id: str, agent: str) -> str:
+    """`hpcmarl/<env>-<agent>-v0`, in the characters Minari accepts in an id."""
+    name = re.sub(r"[^\w.-]+", "_", f"{env_id}-{agent.lstrip('#')}")
+    return f"hpcmarl/{name}-v0"

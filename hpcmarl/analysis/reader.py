@@ -1,0 +1,296 @@
+"""Replay logs and checkpoint replay tables, opened for streaming reads behind one view.
+
+A `Table` is one group of equal-length columns: an agent's rows in a replay log
+(`/agents/<agent>`), or a policy's rows in a checkpoint replay file (`/tables/<policy>/column`,
+oldest first, with priorities beside them). A `Source` is the tables whose episodes belong
+together: one collector's log, or all replay files of one checkpoint (a collector's fragments
+go round robin to the shards, so an episode is split across them).
+
+Opening trusts nothing, with the checks of `hpcmarl.storage.hdf5`: files are sniffed before
+HDF5 parses them, every group must carry hpcmarl's schema attributes, links are refused, and
+datasets must be plain numeric arrays stored in the file. Every problem becomes a
+`StorageError` naming the file, the cause and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ..storage.checkpoint import latest_checkpoint
+from ..storage.hdf5 import (
+    _DAMAGED_FIX,
+    _FOREIGN_FIX,
+    _NUMERIC_KINDS,
+    StorageError,
+    _check_group,
+    _damaged,
+    _link_refused,
+    _plain,
+    _sniff,
+)
+from ..storage.replay_log import AGENTS, COLUMNS_TYPE, INDEX_TYPE, LOG_TYPE, WALLCLOCK
+
+STATS_COLUMNS = (
+    "actions",
+    "rewards",
+    "terminations",
+    "truncations",
+    "agent_id",
+    "episode_id",
+    "step",
+    "policy_version",
+)
+"""The columns analysis reads; observations are left on disk."""
+TRANSITION_COLUMNS = ("observations", "next_observations")
+CHECKPOINT_TYPE = "role_state"
+_REPLAY_DAMAGED_FIX = (
+    "the file is damaged: use another copy of it, or analyze the run's checkpoint replay files "
+    "(RUN_DIR/checkpoints/<id>/replay<N>.h5)"
+)
+_REPLAY_FIX = (
+    "give a replay log (RUN_DIR/replay/<collector>.h5), a checkpoint replay file "
+    "(RUN_DIR/checkpoints/<id>/replay<N>.h5) or a run directory"
+)
+
+
+@dataclass
+class Table:
+    """One group of equal-length columns, read in row ranges."""
+
+    file: Path
+    group: str
+    policy: str
+    rows: int
+    datasets: dict[str, h5py.Dataset]
+    priorities: h5py.Dataset | None = None
+
+    def require(self, names: tuple[str, ...]) -> None:
+        """Refuse a table that lacks a column the caller needs (an empty log group has none)."""
+        missing = [n for n in names if n not in self.datasets]
+        if self.rows and missing:
+            raise StorageError(
+                f"{self.file}: {self.group} has no {', '.join(missing)} column"
+                f"{'s' if len(missing) > 1 else ''}",
+                f"{_REPLAY_FIX}; files edited by hand or written by other tools lack columns",
+            )
+
+    def read(self, names: tuple[str, ...], start: int, stop: int) -> dict[str, np.ndarray]:
+        """Rows [start, stop) of the named columns (plus `priorities` when asked and held)."""
+        try:
+            out = {n: self.datasets[n][start:stop] for n in names if n in self.datasets}
+            if "priorities" in names and self.priorities is not None:
+                out["priorities"] = self.priorities[start:stop]
+        except (OSError, RuntimeError, ValueError) as err:
+            raise damaged(self.file, err) from err
+        return out
+
+
+@dataclass
+class Source:
+    """Tables whose episodes belong together, and what the files say about them."""
+
+    label: str
+    kind: str
+    files: list[Path]
+    tables: list[Table]
+    agents: list[str]
+    policy_of: dict[str, str]
+    env_id: str | None = None
+    n_actions: dict[str, int] = field(default_factory=dict)
+    observation_spaces: dict[str, Any] = field(default_factory=dict)
+    action_spaces: dict[str, Any] = field(default_factory=dict)
+    wallclock: tuple[h5py.Dataset, h5py.Dataset] | None = None
+    team: int = 0
+    """Agents with a row in every env step of an episode: all of them (an agent that finished
+    early gets padding rows), so an episode is complete once `team` agents are done."""
+
+    def agent_index(self, name_or_index: str) -> int:
+        """The agent's index for `--agent`: its name, or its number."""
+        if name_or_index in self.agents:
+            return self.agents.index(name_or_index)
+        if name_or_index.lstrip("#").isdigit() and int(name_or_index.lstrip("#")) < len(
+            self.agents
+        ):
+            return int(name_or_index.lstrip("#"))
+        raise StorageError(
+            f"{self.label} has no agent {name_or_index!r}; its agents are {self.agents}",
+            "pass one of them with --agent",
+        )
+
+
+def chunks(
+    source: Source, names: tuple[str, ...], chunk_rows: int
+) -> Iterator[tuple[Table, int, dict[str, np.ndarray]]]:
+    """(table, first row, columns) of every table, the tables advancing together in proportion
+    to their length, so rows written at about the same time are read at about the same time and
+    an episode split over tables is reassembled with few rows held."""
+    longest = max((t.rows for t in source.tables), default=0)
+    steps = -(-longest // max(1, chunk_rows))
+    for i in range(steps):
+        for table in source.tables:
+            start, stop = table.rows * i // steps, table.rows * (i + 1) // steps
+            if stop > start:
+                yield table, start, table.read(names, start, stop)
+
+
+# -- finding and opening files -----------------------------------------------------------------
+def replay_files(paths: list[str | Path]) -> list[Path]:
+    """The replay files named by files or run directories (their logs, else the newest
+    checkpoint's replay tables)."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        files.extend(_files_in(p) if p.is_dir() else [p])
+    return files
+
+
+def _files_in(folder: Path) -> list[Path]:
+    logs = sorted((folder / "replay").glob("*.h5"))
+    if logs:
+        return logs
+    if (folder / "checkpoints").is_dir():
+        ckpt, _ = latest_checkpoint(folder)
+        if ckpt is not None:
+            return sorted(ckpt.path.glob("replay*.h5"))
+    shards = sorted(folder.glob("replay*.h5"))
+    if shards:
+        return shards
+    raise StorageError(
+        f"{folder} holds no replay files (no replay/*.h5, no complete checkpoint)",
+        "run the job with replay_log.enabled=true, or give the path of a replay file",
+    )
+
+
+def open_sources(paths: list[str | Path], stack: ExitStack) -> list[Source]:
+    """Every replay file, open until `stack` closes; checkpoint files of one folder form one
+    source, each log file its own."""
+    sources: list[Source] = []
+    shards: dict[Path, list[tuple[Path, h5py.File]]] = {}
+    for file in replay_files(paths):
+        f = _open(file, stack)
+        kind = _plain(f.attrs.get("hpcmarl_type"))
+        if kind == LOG_TYPE:
+            sources.append(_log_source(file, f))
+        elif kind == CHECKPOINT_TYPE and "tables" in f:
+            shards.setdefault(file.parent, []).append((file, f))
+        else:
+            raise StorageError(f"{file} holds a {kind!r} without replay tables", _REPLAY_FIX)
+    sources.extend(_checkpoint_source(folder, opened) for folder, opened in shards.items())
+    return sources
+
+
+def _open(file: Path, stack: ExitStack) -> h5py.File:
+    _sniff(file)
+    try:
+        f = stack.enter_context(h5py.File(file, "r", locking=False))
+    except (OSError, RuntimeError, ValueError) as err:
+        raise damaged(file, err) from err
+    _check_group(f, file, None)
+    return f
+
+
+def damaged(file: Path, err: Exception) -> StorageError:
+    """hdf5's diagnosis of a file HDF5 cannot read, with a fix that fits replay files."""
+    error = _damaged(file, err)
+    return StorageError(error.cause, _REPLAY_DAMAGED_FIX) if error.fix == _DAMAGED_FIX else error
+
+
+def _member(group: h5py.Group, key: str, file: Path, kind: str | None) -> Any:
+    """A group member reached through a hard link only; groups must carry hpcmarl's stamp."""
+    link = group.get(key, getlink=True)
+    if link is None:
+        raise StorageError(f"{file}: {group.name} has no {key!r}", _REPLAY_FIX)
+    if not isinstance(link, h5py.HardLink):
+        raise _link_refused(file, group, key, link)
+    obj = group[key]
+    if isinstance(obj, h5py.Group):
+        _check_group(obj, file, kind)
+    elif obj.is_virtual or obj.external or obj.dtype.kind not in _NUMERIC_KINDS:
+        raise StorageError(f"{file}: {obj.name} is not a numeric array stored here", _FOREIGN_FIX)
+    return obj
+
+
+def _columns(group: h5py.Group, file: Path) -> tuple[dict[str, h5py.Dataset], int]:
+    datasets = {key: _member(group, key, file, None) for key in group}
+    lengths = {len(ds) if ds.ndim else -1 for ds in datasets.values()}
+    if len(lengths) > 1 or -1 in lengths:
+        raise StorageError(
+            f"{file}: the columns of {group.name} differ in length", "the file is damaged"
+        )
+    return datasets, lengths.pop() if lengths else 0
+
+
+def _json_attr(f: h5py.File, key: str, file: Path) -> Any:
+    try:
+        return json.loads(_plain(f.attrs[key]))
+    except (KeyError, TypeError, ValueError):
+        raise StorageError(
+            f"{file}: root attribute {key!r} is missing or not JSON", _FOREIGN_FIX
+        ) from None
+
+
+def _log_source(file: Path, f: h5py.File) -> Source:
+    agents = _json_attr(f, "agents", file)
+    policy_of = _json_attr(f, "policy_of", file)
+    actions = _json_attr(f, "action_spaces", file)
+    group = _member(f, AGENTS, file, None)
+    tables = []
+    for agent in agents:
+        sub = _member(group, agent, file, COLUMNS_TYPE)
+        datasets, rows = _columns(sub, file)
+        tables.append(Table(file, sub.name, policy_of[agent], rows, datasets))
+    index = _member(f, WALLCLOCK, file, INDEX_TYPE)
+    time_ds, rows_ds = _member(index, "time", file, None), _member(index, "rows", file, None)
+    return Source(
+        label=str(file),
+        kind=LOG_TYPE,
+        files=[file],
+        tables=tables,
+        agents=list(agents),
+        policy_of=dict(policy_of),
+        env_id=_plain(f.attrs.get("env_id")),
+        n_actions={a: int(space["n"]) for a, space in actions.items()},
+        observation_spaces=_json_attr(f, "observation_spaces", file),
+        action_spaces=actions,
+        wallclock=(time_ds, rows_ds),
+        team=len(agents),
+    )
+
+
+def _checkpoint_source(folder: Path, opened: list[tuple[Path, h5py.File]]) -> Source:
+    """Checkpoint tables do not name their agents: they are shown by index (`#0`), and the
+    agent count is the number of distinct `agent_id` values held."""
+    tables = []
+    for file, f in opened:
+        group = _member(f, "tables", file, "tree")
+        for policy in group:
+            sub = _member(group, policy, file, "tree")
+            datasets, rows = _columns(_member(sub, "column", file, "tree"), file)
+            priorities = _member(sub, "priorities", file, None) if "priorities" in sub else None
+            tables.append(Table(file, sub.name, policy, rows, datasets, priorities))
+    ids = _agent_ids(tables)
+    agents = [f"#{k}" for k in range(int(ids.max()) + 1 if len(ids) else 0)]
+    policy_of = {}
+    for table in tables:
+        for k in _agent_ids([table]):
+            policy_of[f"#{k}"] = table.policy
+    files = [file for file, _ in opened]
+    label = str(files[0]) if len(files) == 1 else f"{folder}/replay*.h5"
+    return Source(label, "checkpoint", files, tables, agents, policy_of, team=len(ids))
+
+
+def _agent_ids(tables: list[Table], chunk_rows: int = 1 << 16) -> np.ndarray:
+    seen = np.zeros(0, np.int64)
+    for table in tables:
+        table.require(("agent_id",))
+        for start in range(0, table.rows, chunk_rows):
+            ids = table.read(("agent_id",), start, start + chunk_rows)["agent_id"]
+            seen = np.union1d(seen, np.unique(ids))
+    return seen

@@ -1,0 +1,73 @@
+"""A real run writes replay logs; `analyze` recomputes from them the episodes the run reported.
+
+The commander writes one `episode` row per finished training episode to metrics.jsonl (team
+return, length, id). The replay logs hold every transition the collectors produced, so each of
+those episodes must be found complete in the logs with exactly that return and length.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .conftest import run_local, run_mpi
+
+SHORT_RUN = [
+    "-m",
+    "hpcmarl",
+    "commander.max_env_steps=3000",
+    "commander.stop_value=null",
+    "topology.collectors=2",
+    "replay_log.enabled=true",
+]
+
+
+def reported_episodes(run_dir: Path) -> dict[tuple[str, int], tuple[float, int]]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {
+        (r["collector"], r["episode_id"]): (r["return"], r["length"])
+        for r in rows
+        if r["kind"] == "episode"
+    }
+
+
+def analyzed_episodes(run_dir: Path) -> tuple[dict, dict]:
+    result = run_local(
+        ["-m", "hpcmarl.analysis.cli", "analyze", str(run_dir), "--json", "--no-plots"], 120
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = (run_dir / "analysis" / "episodes.jsonl").read_text().splitlines()
+    found = {}
+    for row in map(json.loads, lines):
+        collector = Path(row["source"]).stem
+        found[(collector, row["episode_id"])] = (row["return"], row["length"])
+    return found, json.loads(result.stdout)
+
+
+def check_run(run_dir: Path) -> None:
+    logs = sorted(p.name for p in (run_dir / "replay").glob("*.h5"))
+    assert logs == ["collector0.h5", "collector1.h5"]
+    reported = reported_episodes(run_dir)
+    found, summary = analyzed_episodes(run_dir)
+    assert len(reported) > 50
+    # every reported episode was collected in fragments the logs hold, and closed files hold all
+    missing = reported.keys() - found.keys()
+    assert not missing, sorted(missing)[:10]
+    assert {k: found[k] for k in reported} == reported
+    assert summary["totals"]["env_steps"] >= 3000
+    assert summary["agents"]["agent_0"]["actions"]["values"] == [0, 1]
+
+
+def test_analysis_recomputes_the_reported_episodes_of_a_one_process_run(tmp_path: Path) -> None:
+    result = run_local([*SHORT_RUN, f"runtime.run_dir={tmp_path}"], timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    check_run(tmp_path)
+
+
+@pytest.mark.mpi
+def test_analysis_recomputes_the_reported_episodes_of_an_mpi_run(tmp_path: Path) -> None:
+    result = run_mpi(5, [*SHORT_RUN, f"runtime.run_dir={tmp_path}"], timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    check_run(tmp_path)
