@@ -66,8 +66,9 @@ prerequisites() {
   if [ ${#missing[@]} -gt 0 ]; then
     [ "$(id -u)" = 0 ] || fail "missing ${missing[*]}" "sudo apt-get install -y ${missing[*]}"
     echo "hpcmarl: installing ${missing[*]} with apt-get"
-    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null \
-      || fail "apt-get could not install ${missing[*]}"
+    if ! { apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null; }; then
+      fail "apt-get could not install ${missing[*]}"
+    fi
   fi
   /usr/bin/cmake --version | head -1 | grep -Eq 'version 3\.(1[3-9]|[2-9][0-9])' \
     || fail "/usr/bin/cmake is not 3.13..3.x: $(/usr/bin/cmake --version | head -1)" \
@@ -117,6 +118,8 @@ if [ -z "$wheel" ]; then
 else
   echo "hpcmarl: installing the cached wheel $wheel"
 fi
+# A broken or other Horovod of the same version would make pip skip the install: remove it first.
+"$python" -m pip uninstall -y -q horovod >/dev/null 2>&1 || true
 "$python" -m pip install -q "$wheel" || fail "pip could not install $wheel" \
   "delete $slot to rebuild"
 verify || fail "horovod installed but does not work" "delete $slot and run this script again"

@@ -10,8 +10,13 @@ Backends share this interface: `SoloAverager` (a group of one: nothing to do), `
 (one fused flat float32 buffer, `Iallreduce` over the learner sub-communicator, never the whole
 world) and `HorovodAverager` in `horovod.py`. `make_averager` picks one per `learner.allreduce`.
 
-A started buffer belongs to the collective: it may be reduced in place, so the caller hands it
-over and reads only the result. This saves a copy of every gradient.
+A started buffer belongs to the collective: the caller hands it over (it may be scaled or
+overwritten) and reads only the result. That saves a copy of every gradient: Horovod reduces it
+in place; the MPI backend scales it by 1/size while it is still in cache (exact for groups of a
+power of two), sums it into a separate buffer (Open MPI's nonblocking allreduce is twice as slow
+in place for large messages) and recycles it as the receive buffer of the next average (a fresh
+40 MB buffer costs page faults). mpi4py does not keep the buffers of a nonblocking collective
+alive, so each `Handle` does.
 """
 
 from __future__ import annotations
@@ -105,11 +110,22 @@ class MpiAverager(SoloAverager):
         self.comm = comm
         self.size = comm.Get_size()
         self.rank = comm.Get_rank()
+        self.spare: np.ndarray | None = None
+        """A gradient handed over by an earlier `start`, now free to receive an average into."""
 
     def start(self, flat: np.ndarray) -> Handle:
-        buffer = owned_float32(flat)
-        request = self.comm.Iallreduce(self.MPI.IN_PLACE, buffer, op=self.MPI.SUM)
-        return Handle(buffer, request, self.size, _divide_by_size)
+        sent = owned_float32(flat)
+        # Scaled before the sum, while a fresh gradient is still in cache: the sum is the mean.
+        np.multiply(sent, np.float32(1.0 / self.size), out=sent)
+        out, self.spare = self.spare, None
+        if out is None or out.size != sent.size or np.may_share_memory(out, sent):
+            out = np.empty_like(sent)  # first time, or a caller that reused its buffer
+        request = self.comm.Iallreduce(sent, out, op=self.MPI.SUM)
+        return Handle(out, request, self.size, self._recycle, keep=sent)
+
+    def _recycle(self, handle: Handle) -> np.ndarray:
+        self.spare = handle.keep  # the gradient sent is ours again once the sum is complete
+        return handle.buffer
 
     def start_broadcast(self, flat: np.ndarray) -> Handle:
         buffer = owned_float32(flat)
@@ -126,11 +142,6 @@ class MpiAverager(SoloAverager):
     def wait(self, handle: Handle) -> np.ndarray:
         handle.request.Wait()
         return self.result(handle)
-
-
-def _divide_by_size(handle: Handle) -> np.ndarray:
-    handle.buffer /= handle.size
-    return handle.buffer
 
 
 BACKENDS = ("auto", "mpi", "horovod")

@@ -148,6 +148,7 @@ RULES: dict[str, Rule] = {
     "commander.max_updates": at_least(0),
     "commander.eval_every_rounds": at_least(1),
     "replay_log.flush_every_fragments": at_least(1),
+    "learner.drift_check_interval": at_least(0),
     "checkpoint.interval_s": at_least(0),
     "checkpoint.every_updates": at_least(0),
     "checkpoint.keep": at_least(1),

@@ -93,7 +93,7 @@ class Learner(Role):
         self.started = False
         self.resumed = False
         self.syncing = False
-        self.drift_check_interval = int(getattr(cfg, "drift_check_interval", 100))
+        self.drift_check_interval = cfg.drift_check_interval
 
     def work(self) -> bool:
         if not self.started:
@@ -183,14 +183,19 @@ class Learner(Role):
         trainer.algo.apply_gradients(trainer.averager.result(trainer.handle))
         trainer.handle, trainer.remaining = None, trainer.remaining - 1
         trainer.averaged += 1
-        if self.drift_check_interval > 0 and trainer.averaged % self.drift_check_interval == 0:
-            row = np.array([trainer.algo.updates, digest(group_weights(trainer.algo))])
-            trainer.drift = trainer.averager.start_gather(row)
+        self.start_drift_check(trainer)
         if self.prioritized:
             self.send_priorities(trainer, trainer.in_flight)
         trainer.in_flight = None
         if trainer.algo.updates % self.cfg.push_interval == 0:
             self.push_weights(trainer)
+
+    def start_drift_check(self, trainer: PolicyTrainer) -> None:
+        """Every `drift_check_interval` averaged updates, gather the group's weight digests."""
+        interval = self.drift_check_interval
+        if trainer.averager.size > 1 and interval > 0 and trainer.averaged % interval == 0:
+            row = np.array([trainer.algo.updates, digest(group_weights(trainer.algo))])
+            trainer.drift = trainer.averager.start_gather(row)
 
     def check_drift(self, trainer: PolicyTrainer) -> bool:
         """Compare the group's weight digests; no update starts before they are in."""

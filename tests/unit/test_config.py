@@ -272,6 +272,7 @@ BAD_VALUES = {
     "commander.max_updates": -1,
     "commander.eval_every_rounds": 0,
     "replay_log.flush_every_fragments": 0,
+    "learner.drift_check_interval": -1,
     "checkpoint.interval_s": -1.0,
     "checkpoint.every_updates": -5,
     "checkpoint.keep": 0,

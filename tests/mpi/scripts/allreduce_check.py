@@ -6,8 +6,9 @@ two independent groups (of 2 and 3 learners, the first and second KIND) and chec
 the broadcast of the root's weights, gradients averaged within 1e-6 of the mean computed in one
 process, 100 DQN updates on fixed per-rank batches ending bit-identical across the group (a
 one-process run is no bitwise reference: Adam turns last-bit differences of the summation order
-into visible ones within 100 steps), the drift report naming a perturbed learner, and averages
-with one member late that the others poll for instead of blocking. Prints `<rank>: ok`.
+into visible ones within 100 steps), the drift report naming a perturbed learner, averages
+with one member late that the others poll for instead of blocking, and the same three with real
+`Learner` roles (see allreduce_learners.py). Prints `<rank>: ok`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 import time
 
 import numpy as np
+from allreduce_learners import check_learners  # noqa: I001 - beside this script
 from mpi4py import MPI
 
 from hpcmarl.algos.dqn import DQN
@@ -35,6 +37,7 @@ def batch(rank: int, size: int = 64) -> dict[str, np.ndarray]:
         "rewards": rng.standard_normal(size).astype(np.float32),
         "next_observations": rng.standard_normal((size, 4)).astype(np.float32),
         "terminations": rng.random(size) < 0.1,
+        "truncations": np.zeros(size, dtype=bool),
     }
 
 
@@ -136,6 +139,7 @@ def main() -> None:
     check_gradients(av, sub.rank)
     check_training(av, sub.rank, members)
     check_late_member(av, sub.rank)
+    check_learners(av, members, batch(sub.rank))
     if expected == "mpi" and kind == "auto":
         check_forced_horovod_refused(sub)
     world.Barrier()

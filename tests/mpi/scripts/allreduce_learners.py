@@ -1,0 +1,95 @@
+"""Real `Learner` roles of one group, driven by hand: start apart, a late member, a drift.
+
+Imported by allreduce_check.py, which hands over the group's averager. Each member hosts its
+learner on a `LocalTransport` whose commander, parameter server and replay shard are plain
+inboxes; the script plays those roles by putting task and sample messages in the inbox.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from hpcmarl.algos.dqn import DQN
+from hpcmarl.comm.allreduce import SoloAverager, digest
+from hpcmarl.comm.protocol import Message
+from hpcmarl.comm.transport import LocalTransport
+from hpcmarl.config.schema import LearnerConfig
+from hpcmarl.roles.learner import Learner, PolicyTrainer, group_weights
+
+DRIFT_CHECK_INTERVAL = 5
+
+
+def make_learner(av: SoloAverager, members: list[str]) -> Learner:
+    cfg = LearnerConfig()
+    cfg.drift_check_interval = DRIFT_CHECK_INTERVAL  # type: ignore[attr-defined]
+    algo = DQN(4, 2, cfg, seed=av.rank)  # every member starts from different weights
+    trainer = PolicyTrainer("p", "s/p", algo, av, av.rank == 0, members=members)
+    transport = LocalTransport({}, 0)
+    for peer in ("commander", "ps0", "replay0"):
+        transport.register(peer)
+    return Learner(members[av.rank], transport, cfg, [trainer], ["replay0"], {"p": "ps0"}, False)
+
+
+def poll_until(
+    learner: Learner, done: Callable[[], bool], what: str, timeout_s: float = 60.0
+) -> int:
+    """Poll the learner (never blocking) until `done()`; return how many polls it took."""
+    polls, deadline = 0, time.monotonic() + timeout_s
+    while not done():
+        learner.poll()
+        polls += 1
+        assert time.monotonic() < deadline, f"{learner.name}: {what} never happened"
+        time.sleep(0.001)
+    return polls
+
+
+def give_task(learner: Learner, batch: dict, task_id: int, updates: int, late_s: float) -> int:
+    """Grant a task, deliver its batches `late_s` later, poll until the task is done."""
+    inbox = learner.inbox
+    inbox.append(
+        Message("task", "commander", learner.name, {"task_id": task_id, "updates": updates})
+    )
+    commander = learner.transport.inboxes["commander"]
+    deadline = time.monotonic() + late_s
+    meta = {"policy": "p"}
+    samples = [Message("sample", "replay0", learner.name, meta, dict(batch))] * updates
+
+    def finished() -> bool:
+        if samples and time.monotonic() >= deadline:
+            inbox.extend(samples)
+            samples.clear()
+        return any(m.kind == "task_done" and m.meta["task_id"] == task_id for m in commander)
+
+    return poll_until(learner, finished, f"task {task_id}")
+
+
+def weights_row(learner: Learner) -> np.ndarray:
+    algo = learner.trainers["p"].algo
+    return np.array([algo.updates, digest(group_weights(algo))])
+
+
+def check_learners(av: SoloAverager, members: list[str], batch: dict) -> None:
+    learner = make_learner(av, members)
+    poll_until(learner, lambda: learner.started, "start-up")
+    rows = av.gather(weights_row(learner))
+    assert (rows == rows[0]).all(), f"members still apart after the start broadcast: {rows}"
+    late = av.size - 1
+    polls = give_task(learner, batch, 1, 12, late_s=0.5 if av.rank == late else 0.0)
+    assert av.rank == late or polls > 50, f"{learner.name} blocked: {polls} polls"
+    rows = av.gather(weights_row(learner))
+    assert (rows == rows[0]).all() and rows[0][0] == 12, f"members apart after a task: {rows}"
+    if av.rank == late:  # a learner gone astray: one weight off by a little
+        algo = learner.trainers["p"].algo
+        weights = algo.get_weights()
+        weights[0] += 1e-3
+        algo.set_weights(weights)
+    try:
+        give_task(learner, batch, 2, 4, late_s=0.0)
+    except RuntimeError as err:
+        text = str(err)
+        assert f"{members[late]} differ from" in text and "policy p" in text, text
+        return
+    raise AssertionError("a drifted learner went unnoticed")
