@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from ..config.schema import JobConfig
 from ..core import Role
 from ..errors import UserError
+from ..replay.redistribute import deal_limiters, deal_tables
 from ..roles.coordinator import RESUMABLE_CHANGES, config_digest
+from ..roles.state_tree import flatten, nest
 from ..storage.checkpoint import Checkpoint, checkpoint_path, has_checkpoints, latest_checkpoint
 
 
@@ -38,18 +41,7 @@ def find_resume_point(cfg: JobConfig, run_dir: str) -> str | None:
             f"give this job a new runtime.run_dir, or resume that run with "
             f"`python -m hpcmarl resume {run_dir}`",
         )
-    check_same_shards(cfg, info)
     return checkpoint.id
-
-
-def check_same_shards(cfg: JobConfig, info: dict) -> None:
-    saved = sum(1 for name in info.get("world", {}) if name.startswith("replay"))
-    if saved and saved != cfg.topology.replay_shards:
-        raise UserError(
-            f"the checkpoint holds {saved} replay shard(s), the job asks for "
-            f"{cfg.topology.replay_shards}",
-            f"resume with topology.replay_shards={saved}",
-        )
 
 
 def open_checkpoint(run_dir: str, checkpoint_id: str) -> Checkpoint:
@@ -58,11 +50,41 @@ def open_checkpoint(run_dir: str, checkpoint_id: str) -> Checkpoint:
     return Checkpoint(Path(run_dir), checkpoint_id, Path(path), manifest)
 
 
-def restore_roles(roles: list[Role], run_dir: str, checkpoint_id: str) -> None:
+def restore_roles(
+    roles: list[Role], run_dir: str, checkpoint_id: str, shards: list[str], capacity: int
+) -> None:
     """Load each hosted role's saved state; a role new to this run (more collectors) starts
-    fresh."""
+    fresh; replay tables are dealt anew when the number of shards changed."""
     checkpoint = open_checkpoint(run_dir, checkpoint_id)
     saved = set(checkpoint.roles())
+    dealt = redeal_replay(checkpoint, shards, capacity)
     for role in roles:
-        if role.name in saved:
+        if dealt is not None and role.name in dealt:
+            role.load_state(dealt[role.name])
+        elif role.name in saved:
             role.load_state(checkpoint.read_role(role.name))
+
+
+def redeal_replay(checkpoint: Checkpoint, shards: list[str], capacity: int) -> dict | None:
+    """New shard trees when the shard count differs from the checkpoint's, else None."""
+    saved = sorted(
+        (r for r in checkpoint.roles() if r.startswith("replay")),
+        key=lambda name: int(name.removeprefix("replay")),
+    )
+    if saved == shards or not saved:
+        return None
+    trees: list[Any] = [checkpoint.read_role(name) for name in saved]
+    out: dict[str, dict] = {
+        name: {"tables": {}, "limiters": {}, "pending_inserts": {}, "samples_served": 0}
+        for name in shards
+    }
+    for policy in trees[0]["tables"]:
+        tables = deal_tables([flatten(t["tables"][policy]) for t in trees], len(shards), capacity)
+        limiters = deal_limiters([t["limiters"][policy] for t in trees], len(shards))
+        for name, table, limiter in zip(shards, tables, limiters, strict=True):
+            out[name]["tables"][policy], out[name]["limiters"][policy] = nest(table), limiter
+    for i, tree in enumerate(trees):
+        pending = out[shards[i % len(shards)]]["pending_inserts"]
+        for entry in tree["pending_inserts"].values():
+            pending[str(len(pending))] = entry
+    return out

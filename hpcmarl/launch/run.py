@@ -115,7 +115,10 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
         if rank == 0:
             print(plan.topology.format(), flush=True)
         if plan.resume_id is not None:
-            restore_roles(roles, plan.run_dir, plan.resume_id)
+            shards = plan.topology.names("replay_shard")
+            restore_roles(
+                roles, plan.run_dir, plan.resume_id, shards, plan.cfg.replay.table_capacity
+            )
         poll_until_finished(roles, transport, plan.cfg, current)
         transport.finish(plan.cfg.runtime.shutdown_timeout_s)
         return exit_code_of(roles)

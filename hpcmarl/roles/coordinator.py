@@ -151,6 +151,7 @@ RESUMABLE_CHANGES = (
     "runtime",
     "replay_log",
     "topology.collectors",
+    "topology.replay_shards",
     "topology.colocate",
 )
 """Job keys a resumed run may change; any other change makes it a different job."""

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hpcmarl.storage.checkpoint import latest_checkpoint
 from hpcmarl.storage.hdf5 import read_tree
 
 from ..mpi.conftest import BackgroundJob, progress_rows, run_local
@@ -136,7 +137,10 @@ def test_kill_9_of_a_replay_rank_ends_the_job_and_resume_restores_replay(tmp_pat
     job.finish(60, "after a rank was killed")
     print(f"job ended {time.monotonic() - killed:.1f} s after kill -9 of rank {replay_rank}")
     assert job.returncode != 0
-    saved = latest.read_text().strip()
+    # The newest complete checkpoint, which the kill may have left without the pointer moved.
+    newest_complete, _ = latest_checkpoint(tmp_path)
+    assert newest_complete is not None
+    saved = newest_complete.id
     budget = manifest(tmp_path, saved)["info"]["counters"]["env_steps"]
     # Resuming at the step budget checkpoints again at once: the replay must be what was saved.
     again = run_local(
@@ -150,3 +154,44 @@ def test_kill_9_of_a_replay_rank_ends_the_job_and_resume_restores_replay(tmp_pat
         after = leaves(read_tree(tmp_path / "checkpoints" / newest / f"{role}.h5"))
         assert before.keys() == after.keys()
         assert all(np.array_equal(before[k], after[k]) for k in before), role
+
+
+def replay_rows(run_dir: Path, ckpt: str) -> list[tuple]:
+    """Every stored transition of a checkpoint as (episode_id, step, agent_id), sorted."""
+    rows = []
+    for path in sorted((run_dir / "checkpoints" / ckpt).glob("replay*.h5")):
+        columns = read_tree(path)["tables"]["shared"]["column"]
+        rows += list(
+            zip(
+                columns["episode_id"].tolist(),
+                columns["step"].tolist(),
+                columns["agent_id"].tolist(),
+                strict=True,
+            )
+        )
+    return sorted(rows)
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_resume_with_another_shard_count_keeps_every_transition(
+    tmp_path: Path, shards: int
+) -> None:
+    args = ["-m", "hpcmarl", *SMALL, "commander.max_env_steps=2000", f"runtime.run_dir={tmp_path}"]
+    assert run_local(args, timeout=300).returncode == 0
+    budget = manifest(tmp_path, "000001")["info"]["counters"]["env_steps"]
+    # Resuming at the budget checkpoints again at once, with the tables dealt over new shards.
+    again = run_local(
+        [
+            "-m",
+            "hpcmarl",
+            "resume",
+            str(tmp_path),
+            f"topology.replay_shards={shards}",
+            f"commander.max_env_steps={budget}",
+        ],
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    files = sorted((tmp_path / "checkpoints" / "000002").glob("replay*.h5"))
+    assert len(files) == shards
+    assert replay_rows(tmp_path, "000002") == replay_rows(tmp_path, "000001")

@@ -1,0 +1,67 @@
+"""Dealing saved replay tables over a different number of replay shards on resume.
+
+A job resumed with more or fewer shards must keep every stored transition. The saved tables'
+rows are merged in approximate age order (each table's rows are oldest first; rows of different
+tables are interleaved by their relative position) and dealt round robin, so every new shard
+holds a similar mix of old and new data. Priorities travel with their rows; a new table that
+would overflow its capacity keeps its newest rows, counted as evicted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+COLUMN = "column/"
+
+
+def deal_tables(states: list[dict[str, Any]], n_out: int, capacity: int) -> list[dict[str, Any]]:
+    """Flat `ReplayTable.state()` dicts of the saved shards -> `n_out` states for new shards."""
+    sizes = [len(s["insert_ids"]) for s in states]
+    age = np.concatenate([(np.arange(n) + 0.5) / max(n, 1) for n in sizes])
+    source = np.concatenate([np.full(n, i) for i, n in enumerate(sizes)])
+    row = np.concatenate([np.arange(n) for n in sizes])
+    order = np.argsort(age, kind="stable")
+    source, row = source[order], row[order]
+    evicted = sum(int(s["counters"][1]) for s in states)
+    return [
+        _table_of(states, source[j::n_out], row[j::n_out], capacity, j, evicted // n_out)
+        for j in range(n_out)
+    ]
+
+
+def _table_of(
+    states: list[dict[str, Any]],
+    source: np.ndarray,
+    row: np.ndarray,
+    capacity: int,
+    j: int,
+    evicted: int,
+) -> dict[str, Any]:
+    dropped = max(0, len(row) - capacity)  # the oldest rows that no longer fit
+    source, row, evicted = source[dropped:], row[dropped:], evicted + dropped
+    out: dict[str, Any] = {}
+    for key in states[0]:
+        if key.startswith(COLUMN) or key == "priorities":
+            out[key] = _gather([s[key] for s in states], source, row)
+    n = len(row)
+    total = n + evicted
+    out["insert_ids"] = np.arange(total - n, total, dtype=np.int64)
+    out["counters"] = np.array([total, evicted], dtype=np.int64)
+    out["rng"] = states[j % len(states)]["rng"]
+    if "max_priority" in states[0]:
+        out["max_priority"] = np.array(max(float(s["max_priority"]) for s in states))
+    return out
+
+
+def _gather(parts: list[np.ndarray], source: np.ndarray, row: np.ndarray) -> np.ndarray:
+    offsets = np.cumsum([0] + [len(p) for p in parts[:-1]])
+    return np.concatenate(parts)[offsets[source] + row]
+
+
+def deal_limiters(states: list[dict[str, Any]], n_out: int) -> list[dict[str, int]]:
+    """Insert and sample counts shared out evenly, so the ratio each shard sees is unchanged."""
+    inserts = sum(int(s["inserts"]) for s in states)
+    samples = sum(int(s["samples"]) for s in states)
+    return [{"inserts": inserts // n_out, "samples": samples // n_out} for _ in range(n_out)]

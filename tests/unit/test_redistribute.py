@@ -1,0 +1,36 @@
+"""Dealing saved replay tables over another number of shards keeps rows and priorities."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hpcmarl.replay.redistribute import deal_tables
+from hpcmarl.replay.table import ReplayTable
+
+
+def table_with(values: np.ndarray, seed: int) -> ReplayTable:
+    table = ReplayTable(100, prioritized=True, seed=seed)
+    table.insert({"x": values.astype(np.float32)})
+    ids = np.arange(len(values))
+    table.update_priorities(ids, ids, values.astype(np.float32))
+    return table
+
+
+def test_rows_and_priorities_travel_together_and_fit_new_tables() -> None:
+    saved = [table_with(np.arange(10.0), 0).state(), table_with(np.arange(10.0, 16.0), 1).state()]
+    for n_out in (1, 3):
+        dealt = deal_tables(saved, n_out, capacity=100)
+        rows = np.concatenate([d["column/x"] for d in dealt])
+        assert sorted(rows.tolist()) == list(range(16))
+        for state in dealt:
+            table = ReplayTable(100, prioritized=True)
+            table.load_state(state)  # a consistent state: the table accepts it
+            expected = (np.abs(state["column/x"]) + table.eps) ** table.alpha
+            assert np.allclose(state["priorities"], expected)
+
+
+def test_a_smaller_capacity_keeps_the_newest_rows_and_counts_the_rest() -> None:
+    saved = [table_with(np.arange(10.0), 0).state()]
+    (state,) = deal_tables(saved, 1, capacity=4)
+    assert state["column/x"].tolist() == [6.0, 7.0, 8.0, 9.0]
+    assert state["counters"].tolist() == [10, 6]
