@@ -24,6 +24,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ..replay.columns import BOOKKEEPING_COLUMNS
 from ..storage.checkpoint import latest_checkpoint
 from ..storage.hdf5 import (
     _DAMAGED_FIX,
@@ -38,16 +39,7 @@ from ..storage.hdf5 import (
 )
 from ..storage.replay_log import AGENTS, COLUMNS_TYPE, INDEX_TYPE, LOG_TYPE, WALLCLOCK
 
-STATS_COLUMNS = (
-    "actions",
-    "rewards",
-    "terminations",
-    "truncations",
-    "agent_id",
-    "episode_id",
-    "step",
-    "policy_version",
-)
+STATS_COLUMNS = ("actions", "rewards", "terminations", "truncations", *BOOKKEEPING_COLUMNS)
 """The columns analysis reads; observations are left on disk."""
 TRANSITION_COLUMNS = ("observations", "next_observations")
 CHECKPOINT_TYPE = "role_state"

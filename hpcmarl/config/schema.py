@@ -40,7 +40,8 @@ class LearnerConfig:
     """The learning algorithm and its hyper-parameters."""
 
     algo: str = "dqn"
-    """Algorithm name. Available: `dqn`."""
+    """Algorithm name: `dqn`, or `bc` (behaviour cloning, offline only: the baseline that
+    imitates the dataset's actions)."""
     lr: float = 1e-3
     """Adam learning rate."""
     gamma: float = 0.99
@@ -168,6 +169,17 @@ class ReplayLogConfig:
 
 
 @dataclass
+class OfflineConfig:
+    """Training from recorded data instead of environment interaction."""
+
+    dataset: str = ""
+    """A replay file (a collector's replay log or a checkpoint's `replay<N>.h5`), or a run
+    directory holding them, that fills the replay shards in place of collectors; collectors
+    then only run the greedy evaluations. Empty means online training. Needs
+    commander.max_updates or commander.max_wall_time_s to stop."""
+
+
+@dataclass
 class TopologyConfig:
     """How many of each role the job wants; placement on ranks follows from the world size."""
 
@@ -227,6 +239,8 @@ class JobConfig:
     """Checkpoints."""
     replay_log: ReplayLogConfig = field(default_factory=ReplayLogConfig)
     """Replay files for offline analysis."""
+    offline: OfflineConfig = field(default_factory=OfflineConfig)
+    """Offline training from a dataset."""
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     """Role counts."""
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)

@@ -110,7 +110,7 @@ RULES: dict[str, Rule] = {
     "env.num_envs": at_least(1),
     "agents.mapping": MAPPING,
     "agents.strategy_spec_id": NAME,
-    "learner.algo": one_of("dqn"),
+    "learner.algo": one_of("dqn", "bc"),
     "learner.lr": above(0),
     "learner.gamma": within(0, 1, open_low=True),
     "learner.batch_size": at_least(1),

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..algos import check_fits
-from ..algos.dqn import DQN, QActor
+import numpy as np
+
+from ..algos import ACTORS, ALGORITHMS, check_fits
 from ..algos.mapping import check_policy_spaces, policies_of, resolve_mapping
 from ..comm.allreduce import make_averager
 from ..comm.placement import learner_device
@@ -22,6 +24,7 @@ from ..config.schema import JobConfig
 from ..core import Role, policy_key
 from ..envs import make_vector_env
 from ..metrics import MetricsSink
+from ..replay.offline import load_share
 from ..roles.collector import Collector
 from ..roles.commander import Commander
 from ..roles.learner import Learner, PolicyTrainer
@@ -96,22 +99,36 @@ def build_roles(
             ]
             roles.append(ParameterServer(name, transport, keys))
         elif kind == "replay_shard":
-            roles.append(
-                ReplayShard(
-                    name,
-                    transport,
-                    cfg.replay,
-                    spec.policies,
-                    topology.names("collector"),
-                    role_seed(cfg, topology, name),
-                    deterministic=cfg.commander.deterministic,
-                )
-            )
+            roles.append(build_replay_shard(cfg, spec, topology, transport, name))
         elif kind == "learner":
             roles.append(build_learner(cfg, spec, topology, transport, group_comm, name))
         else:
             roles.append(build_collector(cfg, spec, topology, transport, name))
     return roles
+
+
+def build_replay_shard(
+    cfg: JobConfig, spec: EnvSpec, topology: Topology, transport: LocalTransport, name: str
+) -> ReplayShard:
+    """A shard fed by every collector, or offline by its share of the dataset."""
+    shards = topology.names("replay_shard")
+    dataset = None
+    if cfg.offline.dataset:
+        index = shards.index(name)
+
+        def dataset() -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+            return load_share(cfg.offline.dataset, spec, index, len(shards))
+
+    return ReplayShard(
+        name,
+        transport,
+        cfg.replay,
+        spec.policies,
+        [] if cfg.offline.dataset else topology.names("collector"),
+        role_seed(cfg, topology, name),
+        deterministic=cfg.commander.deterministic,
+        dataset=dataset,
+    )
 
 
 def build_learner(
@@ -142,7 +159,7 @@ def build_learner(
             PolicyTrainer(
                 policy,
                 policy_key(cfg.agents.strategy_spec_id, policy),
-                DQN(obs_dim, n_actions, cfg.learner, seed, device),
+                ALGORITHMS[cfg.learner.algo](obs_dim, n_actions, cfg.learner, seed, device),
                 averager,
                 pushes_weights=group[0] == name,
                 members=group,
@@ -174,7 +191,8 @@ def build_collector(
 ) -> Collector:
     seed = role_seed(cfg, topology, name)
     env = make_vector_env(cfg.env, cfg.env.num_envs, seed)
-    actors = {p: QActor(*spec.policy_dims(p), cfg.learner.hidden_sizes) for p in spec.policies}
+    actor = ACTORS[cfg.learner.algo]
+    actors = {p: actor(*spec.policy_dims(p), cfg.learner.hidden_sizes) for p in spec.policies}
     keys = {p: policy_key(cfg.agents.strategy_spec_id, p) for p in spec.policies}
 
     evaluations = itertools.count()

@@ -21,6 +21,7 @@ from ..config.loader import job_from_dict, job_to_dict, load_job, save_resolved
 from ..config.schema import JobConfig
 from ..core import Role
 from ..errors import UserError
+from ..replay.offline import plan_offline
 from ..testing import faults
 from . import signals
 from .build import EnvSpec, build_roles, probe_env
@@ -80,9 +81,14 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], world_size: int) -
         cfg = load_job(job_path, overrides)
         spec = probe_env(cfg)
         build_topology(world_size, cfg.topology, spec.policies)
+        if cfg.offline.dataset:  # what the saved job names must not depend on the cwd
+            cfg.offline.dataset = os.path.abspath(cfg.offline.dataset)
         run_dir = choose_run_dir(cfg)
         resume_id = find_resume_point(cfg, run_dir)
+        offline = plan_offline(cfg, spec, fresh=resume_id is None)
         save_resolved(cfg, os.path.join(run_dir, "config.yaml"))
+        if offline:
+            print(offline, flush=True)
     except UserError as err:
         return ("error", err.message())
     return ("ok", (job_to_dict(cfg), spec, run_dir, resume_id))

@@ -48,7 +48,7 @@ class Commander(Role):
         self.waiting_collectors: deque[str] = deque()
         self.waiting_learners: set[str] = set()
         self.running: dict[str, str] = {}
-        self.stats = RunStats(cfg.commander.max_env_steps)
+        self.stats = RunStats(cfg.commander, offline=bool(cfg.offline.dataset))
         self.last_eval = time.monotonic()
         self.eval_running = False
         self.last_progress = time.monotonic()
@@ -207,7 +207,7 @@ class Commander(Role):
         self.sink.record("eval", row)
         self.sink.say(
             f"hpcmarl: eval return {value:.1f} +- {result['return_std']:.1f} over "
-            f"{result['episodes']} episodes at {self.stats.env_steps:,} env steps"
+            f"{result['episodes']} episodes at {self.position()}"
         )
         target = self.cfg.commander.stop_value
         if target is not None and value >= target and self.phase == "running":
@@ -271,7 +271,7 @@ class Commander(Role):
     def conclude(self) -> None:
         self.report_progress(force=True)
         line = (
-            f"hpcmarl: finished: {self.stop_reason} after {self.stats.env_steps} env steps, "
+            f"hpcmarl: finished: {self.stop_reason} after {self.position()}, "
             f"{self.stats.elapsed():.1f} s"
         )
         self.sink.record(
@@ -285,6 +285,12 @@ class Commander(Role):
         self.sink.say(line)
         self.finish()
 
+    def position(self) -> str:
+        """How far training is: env steps, or (offline, where there are none) updates."""
+        if self.stats.offline:
+            return f"{self.stats.total_updates()} updates"
+        return f"{self.stats.env_steps} env steps"
+
     def state(self) -> dict:
         tree = {"stats": self.stats.state(), "checkpoints": list(self.checkpoints.taken)}
         if self.lockstep is not None:
@@ -297,8 +303,7 @@ class Commander(Role):
             self.lockstep.load_state(tree["lockstep"])
         self.checkpoints.taken = list(tree["checkpoints"])
         self.sink.say(
-            f"hpcmarl: resumed from checkpoint {self.checkpoints.taken[-1]} at "
-            f"{self.stats.env_steps} env steps"
+            f"hpcmarl: resumed from checkpoint {self.checkpoints.taken[-1]} at {self.position()}"
         )
 
     def report_progress(self, force: bool = False) -> bool:

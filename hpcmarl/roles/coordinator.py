@@ -126,7 +126,7 @@ class CheckpointCoordinator:
         self.last_updates = commander.stats.total_updates()
         commander.sink.say(
             f"hpcmarl: checkpoint {cut.id} written "
-            f"({commander.stats.env_steps} env steps, "
+            f"({commander.position()}, "
             f"{time.monotonic() - cut.started:.1f} s)"
         )
         commander.sink.record("checkpoint", {"id": cut.id, "env_steps": commander.stats.env_steps})

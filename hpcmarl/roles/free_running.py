@@ -4,7 +4,8 @@ Collectors get a task whenever they ask and collector task space is left; every
 `eval_interval_s` the next one is a greedy evaluation. Learners of one policy start their tasks
 together or not at all, and only once a replay shard holds `learning_starts` items of each of
 their policies. The rate limiter on the replay shards, not this schedule, keeps collection and
-learning in proportion.
+learning in proportion. Offline, the replay shards hold the dataset and collectors only
+evaluate: a collector's request waits until an evaluation is due.
 """
 
 from __future__ import annotations
@@ -32,15 +33,19 @@ class FreeRunning:
         c = self.commander
         granted = False
         while c.waiting_collectors and c.collector_space.acquire():
-            collector = c.waiting_collectors.popleft()
             task = self.next_collector_task()
+            if task is None:
+                c.collector_space.release()
+                break
+            collector = c.waiting_collectors.popleft()
             c.running[str(task["task_id"])] = collector
             c.send("task", collector, task)
             granted = True
         return granted
 
-    def next_collector_task(self) -> dict:
-        """A greedy evaluation when one is due, else a collect task at the current epsilon."""
+    def next_collector_task(self) -> dict | None:
+        """A greedy evaluation when one is due, else a collect task at the current epsilon
+        (offline: nothing)."""
         c = self.commander
         settings = c.cfg.commander
         due = time.monotonic() - c.last_eval >= settings.eval_interval_s
@@ -51,6 +56,8 @@ class FreeRunning:
                 "kind": "eval",
                 "episodes": settings.eval_episodes,
             }
+        if c.cfg.offline.dataset:
+            return None
         col = c.cfg.collector
         eps = linear_epsilon(c.stats.env_steps, col.eps_start, col.eps_end, col.eps_decay_steps)
         return {
@@ -81,8 +88,9 @@ class FreeRunning:
         return granted
 
     def replay_ready(self, group: list[str]) -> bool:
-        """Some shard holds `learning_starts` items of every policy the group trains."""
+        """Some shard holds `learning_starts` items of every policy the group trains (offline:
+        any, since the whole dataset is loaded before a shard first reports)."""
         c = self.commander
         policies = {p for learner in group for p in c.topology.policies_of_learner[learner]}
-        starts = max(1, c.cfg.replay.learning_starts)
+        starts = 1 if c.cfg.offline.dataset else max(1, c.cfg.replay.learning_starts)
         return all(c.stats.replay_size(p) >= starts for p in policies)

@@ -18,23 +18,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..algos.dqn import DQN
-from ..algos.networks import get_flat, num_params, set_flat
+from ..algos.base import NetworkAlgorithm
 from ..comm.allreduce import Handle, SoloAverager, digest, drift_report
 from ..comm.protocol import Message
 from ..comm.transport import LocalTransport
 from ..config.schema import LearnerConfig
 from ..core import Role
+from ..replay.columns import TRANSITION_COLUMNS
 from .state_tree import flatten, nest
-
-TRAIN_COLUMNS = (
-    "observations",
-    "actions",
-    "rewards",
-    "next_observations",
-    "terminations",
-    "truncations",
-)
 
 
 @dataclass
@@ -43,7 +34,7 @@ class PolicyTrainer:
 
     policy: str
     key: str
-    algo: DQN
+    algo: NetworkAlgorithm
     averager: SoloAverager
     pushes_weights: bool
     members: list[str] = field(default_factory=list)
@@ -115,10 +106,10 @@ class Learner(Role):
         if not self.syncing:
             self.syncing = True
             for trainer in trainers:
-                trainer.sync = trainer.averager.start_broadcast(group_weights(trainer.algo))
+                trainer.sync = trainer.averager.start_broadcast(trainer.algo.group_weights())
         for trainer in trainers:
             if trainer.sync is not None and trainer.averager.ready(trainer.sync):
-                load_group_weights(trainer.algo, trainer.averager.result(trainer.sync))
+                trainer.algo.load_group_weights(trainer.averager.result(trainer.sync))
                 trainer.sync = None
         if any(t.sync is not None for t in trainers):
             return False
@@ -170,7 +161,7 @@ class Learner(Role):
             return False
         msg = trainer.samples.popleft()
         assert msg.arrays is not None
-        batch = {c: msg.arrays[c] for c in TRAIN_COLUMNS}
+        batch = {c: msg.arrays[c] for c in TRANSITION_COLUMNS}
         weights = msg.arrays["weights"] if self.prioritized else None
         grad, stats, td = trainer.algo.compute_gradients(batch, weights)
         trainer.handle = trainer.averager.start(grad)
@@ -194,7 +185,7 @@ class Learner(Role):
         """Every `drift_check_interval` averaged updates, gather the group's weight digests."""
         interval = self.drift_check_interval
         if trainer.averager.size > 1 and interval > 0 and trainer.averaged % interval == 0:
-            row = np.array([trainer.algo.updates, digest(group_weights(trainer.algo))])
+            row = np.array([trainer.algo.updates, digest(trainer.algo.group_weights())])
             trainer.drift = trainer.averager.start_gather(row)
 
     def check_drift(self, trainer: PolicyTrainer) -> bool:
@@ -281,14 +272,3 @@ class Learner(Role):
 
     def updates(self) -> int:
         return sum(t.algo.updates for t in self.trainers.values())
-
-
-def group_weights(algo: DQN) -> np.ndarray:
-    """Online and target networks as one flat vector: what a group must hold identically."""
-    return np.concatenate([get_flat(algo.q), get_flat(algo.q_target)])
-
-
-def load_group_weights(algo: DQN, flat: np.ndarray) -> None:
-    n = num_params(algo.q)
-    set_flat(algo.q, flat[:n])
-    set_flat(algo.q_target, flat[n:])

@@ -2,10 +2,11 @@
 
 A round is: each collector in turn runs one collect task (the next starts only when the
 previous one's batches are all inserted), then every learner group runs one task, then, every
-`eval_every_rounds` rounds, one evaluation. Stop conditions and periodic checkpoints are looked
-at only between rounds; a signal may cut a round, so the schedule's position is part of the
-commander's checkpoint. With seeds fixed and no rate limiter left to react to timing, a run
-and any resume of it produce the same data, the same updates and the same `round` rows.
+`eval_every_rounds` rounds, one evaluation (offline, a round has no collect phase). Stop
+conditions and periodic checkpoints are looked at only between rounds; a signal may cut a
+round, so the schedule's position is part of the commander's checkpoint. With seeds fixed and
+no rate limiter left to react to timing, a run and any resume of it produce the same data, the
+same updates and the same `round` rows.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class Lockstep:
 
     def next_collector(self) -> bool:
         c = self.commander
-        if self.turn == len(c.collectors):
+        if self.turn == len(c.collectors) or c.cfg.offline.dataset:  # offline: nothing to collect
             self.phase = "learn"
             return True
         name = c.collectors[self.turn]
@@ -75,7 +76,7 @@ class Lockstep:
         if self.learning:
             self.end_round()
             return True
-        if c.stats.env_steps < c.cfg.replay.learning_starts:
+        if c.stats.env_steps < c.cfg.replay.learning_starts and not c.cfg.offline.dataset:
             self.end_round()
             return True
         if not set(c.learners) <= c.waiting_learners:

@@ -10,6 +10,9 @@ asks for one batch at a time; the request waits here until the limiter allows a 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable
+
+import numpy as np
 
 from ..comm.protocol import Message
 from ..comm.transport import LocalTransport
@@ -34,6 +37,7 @@ class ReplayShard(Role):
         collectors: list[str],
         seed: int,
         deterministic: bool = False,
+        dataset: Callable[[], Iterable[tuple[str, dict[str, np.ndarray]]]] | None = None,
     ) -> None:
         super().__init__(name, transport)
         self.cfg = cfg
@@ -49,16 +53,28 @@ class ReplayShard(Role):
             for i, p in enumerate(policies)
         }
         # Deterministic mode's schedule fixes the ratio itself; a limiter would react to timing.
-        ratio = (0.0, 1) if deterministic else (cfg.samples_per_insert, cfg.learning_starts)
+        # Offline, nothing is inserted after the start: any number of samples is fine.
+        free = deterministic or dataset is not None
+        ratio = (0.0, 1) if free else (cfg.samples_per_insert, cfg.learning_starts)
         self.limiters = {p: SampleToInsertRatio(*ratio, cfg.error_buffer) for p in policies}
         self.pending_inserts: deque[Message] = deque()
         self.pending_samples: deque[Message] = deque()
         self.samples_served = 0
         self.collectors = collectors
+        self.dataset = dataset
+        self.restored = False
 
     def start(self) -> None:
+        if self.dataset is not None and not self.restored:
+            self.load_dataset(self.dataset())
         for collector in self.collectors:
             self.send("credit", collector, {"n": self.cfg.insert_credits})
+
+    def load_dataset(self, batches: Iterable[tuple[str, dict[str, np.ndarray]]]) -> None:
+        """Insert this shard's share of an offline dataset, oldest rows first."""
+        for policy, batch in batches:
+            self.tables[policy].insert(batch)
+            self.limiters[policy].on_insert(len(batch["rewards"]))
 
     def handle_batch(self, msg: Message) -> None:
         self.pending_inserts.append(msg)
@@ -140,6 +156,7 @@ class ReplayShard(Role):
             meta = {"policy": entry["policy"]}
             self.pending_inserts.append(Message("batch", "", self.name, meta, entry["columns"]))
         self.samples_served = int(tree["samples_served"])
+        self.restored = True
 
     def counters(self) -> dict:
         return {

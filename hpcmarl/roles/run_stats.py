@@ -8,13 +8,17 @@ from typing import Any
 
 import numpy as np
 
+from ..config.schema import CommanderConfig
+
 
 class RunStats:
     """Env steps, episodes, updates, replay fill, versions and evaluations, as reported."""
 
-    def __init__(self, max_env_steps: int) -> None:
+    def __init__(self, budget: CommanderConfig, offline: bool = False) -> None:
         self.start = time.monotonic()
-        self.max_env_steps = max_env_steps
+        self.budget = budget
+        self.offline = offline
+        """Offline, no env steps are taken and collectors hold no weights but the evaluator's."""
         self.env_steps = 0
         self.episodes = 0
         self.recent_returns: deque[float] = deque(maxlen=100)
@@ -89,6 +93,8 @@ class RunStats:
         return sum(sum(s["evicted"].values()) for s in self.replay.values())
 
     def version_lag(self) -> int | None:
+        if self.offline:
+            return None
         lags = [max(0, v - self.collector_versions.get(p, 0)) for p, v in self.versions.items()]
         return max(lags) if lags else None
 
@@ -98,21 +104,33 @@ class RunStats:
         dt = max(now - then, 1e-9)
         self._last = (now, self.env_steps, updates)
         steps_per_s = (self.env_steps - steps_then) / dt
-        left = self.max_env_steps - self.env_steps
+        updates_per_s = (updates - updates_then) / dt
         return {
             "time_s": round(now - self.start, 2),
             "env_steps": self.env_steps,
             "env_steps_per_s": round(steps_per_s, 1),
             "updates": updates,
-            "updates_per_s": round((updates - updates_then) / dt, 1),
+            "updates_per_s": round(updates_per_s, 1),
             "episodes": self.episodes,
             "train_return": _mean(self.recent_returns),
             "eval_return": self.eval_returns[-1] if self.eval_returns else None,
             "replay_fill": round(self.replay_fill(), 4),
             "replay_evicted": self.replay_evicted(),
             "version_lag": self.version_lag(),
-            "eta_s": round(left / steps_per_s, 1) if steps_per_s > 0 else None,
+            "eta_s": self.eta(steps_per_s, updates_per_s),
         }
+
+    def eta(self, steps_per_s: float, updates_per_s: float) -> float | None:
+        """Seconds to the first budget that will run out at the current rates."""
+        b = self.budget
+        left = []
+        if steps_per_s > 0 and not self.offline:
+            left.append((b.max_env_steps - self.env_steps) / steps_per_s)
+        if b.max_updates and updates_per_s > 0:
+            left.append((b.max_updates - self.total_updates()) / updates_per_s)
+        if b.max_wall_time_s:
+            left.append(b.max_wall_time_s - self.elapsed())
+        return round(max(0.0, min(left)), 1) if left else None
 
 
 def _mean(values: deque[float]) -> float | None:

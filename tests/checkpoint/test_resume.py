@@ -14,6 +14,7 @@ import pytest
 
 from hpcmarl.storage.checkpoint import latest_checkpoint
 from hpcmarl.storage.hdf5 import read_tree
+from hpcmarl.testing.ranks import rank_pids
 
 from ..mpi.conftest import BackgroundJob, progress_rows, run_local
 
@@ -104,25 +105,6 @@ def test_sigusr1_checkpoints_and_exits_75_then_resume_finishes(tmp_path: Path) -
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resumed from checkpoint" in done.stdout
-
-
-def rank_pids(run_dir: Path) -> dict[int, int]:
-    """pid of each MPI rank of the job whose command line names `run_dir`."""
-    pids = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-            environ = (proc / "environ").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if str(run_dir) not in cmdline or "hpcmarl" not in cmdline:
-            continue
-        for var in environ:
-            if var.startswith(("OMPI_COMM_WORLD_RANK=", "PMI_RANK=")):
-                pids[int(var.split("=", 1)[1])] = int(proc.name)
-    return pids
 
 
 @pytest.mark.mpi

@@ -24,7 +24,6 @@ from hpcmarl.algos.dqn import DQN
 from hpcmarl.comm.allreduce import SoloAverager, digest, drift_report, make_averager
 from hpcmarl.config.schema import LearnerConfig
 from hpcmarl.errors import ConfigError
-from hpcmarl.roles.learner import group_weights, load_group_weights
 
 SEED = 11
 
@@ -47,11 +46,11 @@ def relative_error(got: np.ndarray, want: np.ndarray) -> float:
 
 def check_broadcast(av: SoloAverager, rank: int) -> None:
     algo = DQN(4, 2, LearnerConfig(), SEED)
-    root = group_weights(algo)
+    root = algo.group_weights()
     if rank > 0:  # a member that started apart, e.g. from another checkpoint
-        load_group_weights(algo, root + rank)
-    load_group_weights(algo, av.broadcast(group_weights(algo)))
-    assert np.array_equal(group_weights(algo), root), "broadcast did not give the root's weights"
+        algo.load_group_weights(root + rank)
+    algo.load_group_weights(av.broadcast(algo.group_weights()))
+    assert np.array_equal(algo.group_weights(), root), "broadcast did not give the root's weights"
 
 
 def check_gradients(av: SoloAverager, rank: int) -> None:
@@ -75,7 +74,7 @@ def train(av: SoloAverager, rank: int, steps: int) -> DQN:
 
 def check_training(av: SoloAverager, rank: int, members: list[str]) -> None:
     algo = train(av, rank, 100)
-    row = np.array([algo.updates, digest(group_weights(algo))])
+    row = np.array([algo.updates, digest(algo.group_weights())])
     rows = av.gather(row)
     assert rows.shape == (av.size, 2), rows.shape
     assert drift_report(rows, members) is None, drift_report(rows, members)

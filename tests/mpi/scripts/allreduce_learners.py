@@ -17,7 +17,7 @@ from hpcmarl.comm.allreduce import SoloAverager, digest
 from hpcmarl.comm.protocol import Message
 from hpcmarl.comm.transport import LocalTransport
 from hpcmarl.config.schema import LearnerConfig
-from hpcmarl.roles.learner import Learner, PolicyTrainer, group_weights
+from hpcmarl.roles.learner import Learner, PolicyTrainer
 
 DRIFT_CHECK_INTERVAL = 5
 
@@ -68,7 +68,7 @@ def give_task(learner: Learner, batch: dict, task_id: int, updates: int, late_s:
 
 def weights_row(learner: Learner) -> np.ndarray:
     algo = learner.trainers["p"].algo
-    return np.array([algo.updates, digest(group_weights(algo))])
+    return np.array([algo.updates, digest(algo.group_weights())])
 
 
 def check_learners(av: SoloAverager, members: list[str], batch: dict) -> None:
