@@ -16,7 +16,7 @@ test: setup
 # The failure suite again under MPICH (a second virtualenv, .venv-mpich).
 test-mpich:
 	@bash tools/setup.sh --mpi mpich
-	.venv-mpich/bin/python -m pytest -q tests/mpi/test_failures.py tests/mpi/test_transport.py
+	.venv-mpich/bin/python -m pytest -q tests/faults tests/mpi/test_transport.py
 
 lint: setup
 	.venv/bin/ruff check hpcmarl tests tools

@@ -1,4 +1,5 @@
-"""Failures end the job quickly and clearly: a role that raises, a bad job, a world too small.
+"""Failures end the job quickly and clearly: a role that raises or is killed, a stopped rank, a
+bad job, a world too small.
 
 Every run has a hard timeout: a hang fails the test. A role's failure must end every rank with
 a non-zero exit and one line naming rank, role and cause.
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ..checkpoint.test_resume import rank_pids
-from .conftest import BackgroundJob, progress_rows, run_local, run_mpi
+from hpcmarl.testing.ranks import rank_pids
+
+from ..mpi.conftest import BackgroundJob, progress_rows, run_local, run_mpi
 
 SHORT = ["commander.max_env_steps=200000", "commander.stop_value=null"]
 
@@ -78,15 +80,44 @@ def test_unknown_environment_suggests_close_names(tmp_path: Path) -> None:
     assert "CartPole-v1" in result.stderr and "Traceback" not in result.stderr
 
 
+ONE_ROLE_PER_RANK = [
+    "topology.param_servers=1",
+    "topology.replay_shards=1",
+    "topology.learners=1",
+    "topology.collectors=2",
+    "topology.colocate=false",
+]
+"""Six ranks: commander, ps0, replay0, learner0, collector0, collector1 on ranks 0 to 5."""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    ("role", "rank"),
+    [("commander", 0), ("ps0", 1), ("replay0", 2), ("learner0", 3), ("collector1", 5)],
+)
+def test_kill_9_of_any_role_ends_the_job_within_10_s_without_orphans(
+    tmp_path: Path, role: str, rank: int
+) -> None:
+    job = BackgroundJob(6, [*SHORT, *ONE_ROLE_PER_RANK, f"runtime.run_dir={tmp_path}"])
+    job.wait_for(progress_rows(tmp_path, 1), 120, "a progress row")
+    pids = rank_pids(tmp_path)
+    assert len(pids) == 6, pids
+    os.kill(pids[rank], signal.SIGKILL)
+    killed = time.monotonic()
+    job.finish(30, f"kill -9 of {role} (rank {rank}) did not end the job")
+    took = time.monotonic() - killed
+    print(f"job ended {took:.1f} s after kill -9 of {role} (rank {rank})")
+    assert job.returncode != 0
+    assert took < 10
+    deadline = time.monotonic() + 5  # the launcher has returned; its ranks must be gone too
+    while rank_pids(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not rank_pids(tmp_path), f"orphaned ranks: {rank_pids(tmp_path)}"
+
+
 @pytest.mark.mpi
 def test_a_stopped_collector_is_named_within_the_heartbeat_timeout(tmp_path: Path) -> None:
-    layout = [
-        "topology.param_servers=1",
-        "topology.replay_shards=1",
-        "topology.learners=1",
-        "topology.collectors=2",
-        "topology.colocate=false",
-    ]
+    layout = ONE_ROLE_PER_RANK
     heartbeat = ["runtime.heartbeat_interval_s=1", "runtime.heartbeat_timeout_s=6"]
     job = BackgroundJob(6, [*SHORT, *layout, *heartbeat, f"runtime.run_dir={tmp_path}"])
     job.wait_for(progress_rows(tmp_path, 1), 120, "a progress row")
