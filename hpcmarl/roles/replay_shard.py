@@ -71,10 +71,12 @@ class ReplayShard(Role):
             self.send("credit", collector, {"n": self.cfg.insert_credits})
 
     def load_dataset(self, batches: Iterable[tuple[str, dict[str, np.ndarray]]]) -> None:
-        """Insert this shard's share of an offline dataset, oldest rows first."""
+        """Insert this shard's share of an offline dataset, oldest rows first; a large share
+        takes a while, so the commander keeps hearing from the shard."""
         for policy, batch in batches:
             self.tables[policy].insert(batch)
             self.limiters[policy].on_insert(len(batch["rewards"]))
+            self.heartbeat()
 
     def handle_batch(self, msg: Message) -> None:
         self.pending_inserts.append(msg)

@@ -17,6 +17,7 @@ import pytest
 from hpcmarl.storage import read_tree
 from hpcmarl.storage.checkpoint import latest_checkpoint
 
+from ..checkpoint.test_deterministic import assert_runs_equal
 from .conftest import run_local, run_mpi
 
 RECORD = [
@@ -150,3 +151,24 @@ def test_behaviour_cloning_on_one_file_beats_random_and_resumes(
     assert "(as checkpointed)" in again.stdout
     assert "finished: update budget reached; checkpoint 000002 after 3" in again.stdout
     check_offline_run(tmp_path, [dataset], floor=0.0)
+
+
+def test_deterministic_offline_training_resumes_bit_for_bit(recorded: Path, tmp_path: Path) -> None:
+    job = [
+        *OFFLINE,
+        f"offline.dataset={recorded}",
+        "commander.deterministic=true",
+        "commander.stop_value=null",
+        "checkpoint.interval_s=0",
+        "topology.learners=2",
+    ]
+    whole, halves = tmp_path / "whole", tmp_path / "halves"
+    steps = [
+        [*job, "commander.max_updates=1200", f"runtime.run_dir={whole}"],
+        [*job, "commander.max_updates=600", f"runtime.run_dir={halves}"],
+        ["-m", "hpcmarl", "resume", str(halves), "commander.max_updates=1200"],
+    ]
+    for args in steps:
+        result = run_local(args, timeout=300)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert_runs_equal(whole, halves, updates=1200)
