@@ -27,16 +27,15 @@ import numpy as np
 from ..replay.columns import BOOKKEEPING_COLUMNS
 from ..storage.checkpoint import latest_checkpoint
 from ..storage.hdf5 import (
-    _DAMAGED_FIX,
-    _FOREIGN_FIX,
-    _NUMERIC_KINDS,
+    DAMAGED_FIX,
+    FOREIGN_FIX,
     StorageError,
-    _check_group,
-    _damaged,
-    _link_refused,
-    _plain,
-    _sniff,
+    check_group,
+    checked_member,
+    plain,
+    sniff,
 )
+from ..storage.hdf5 import damaged as storage_damaged
 from ..storage.replay_log import AGENTS, COLUMNS_TYPE, INDEX_TYPE, LOG_TYPE, WALLCLOCK
 
 STATS_COLUMNS = ("actions", "rewards", "terminations", "truncations", *BOOKKEEPING_COLUMNS)
@@ -167,7 +166,7 @@ def open_sources(paths: list[str | Path], stack: ExitStack) -> list[Source]:
     shards: dict[Path, list[tuple[Path, h5py.File]]] = {}
     for file in replay_files(paths):
         f = _open(file, stack)
-        kind = _plain(f.attrs.get("hpcmarl_type"))
+        kind = plain(f.attrs.get("hpcmarl_type"))
         if kind == LOG_TYPE:
             sources.append(_log_source(file, f))
         elif kind == CHECKPOINT_TYPE and "tables" in f:
@@ -179,34 +178,25 @@ def open_sources(paths: list[str | Path], stack: ExitStack) -> list[Source]:
 
 
 def _open(file: Path, stack: ExitStack) -> h5py.File:
-    _sniff(file)
+    sniff(file)
     try:
         f = stack.enter_context(h5py.File(file, "r", locking=False))
     except (OSError, RuntimeError, ValueError) as err:
         raise damaged(file, err) from err
-    _check_group(f, file, None)
+    check_group(f, file, None)
     return f
 
 
 def damaged(file: Path, err: Exception) -> StorageError:
     """hdf5's diagnosis of a file HDF5 cannot read, with a fix that fits replay files."""
-    error = _damaged(file, err)
-    return StorageError(error.cause, _REPLAY_DAMAGED_FIX) if error.fix == _DAMAGED_FIX else error
+    error = storage_damaged(file, err)
+    return StorageError(error.cause, _REPLAY_DAMAGED_FIX) if error.fix == DAMAGED_FIX else error
 
 
 def _member(group: h5py.Group, key: str, file: Path, kind: str | None) -> Any:
-    """A group member reached through a hard link only; groups must carry hpcmarl's stamp."""
-    link = group.get(key, getlink=True)
-    if link is None:
+    if group.get(key, getlink=True) is None:
         raise StorageError(f"{file}: {group.name} has no {key!r}", _REPLAY_FIX)
-    if not isinstance(link, h5py.HardLink):
-        raise _link_refused(file, group, key, link)
-    obj = group[key]
-    if isinstance(obj, h5py.Group):
-        _check_group(obj, file, kind)
-    elif obj.is_virtual or obj.external or obj.dtype.kind not in _NUMERIC_KINDS:
-        raise StorageError(f"{file}: {obj.name} is not a numeric array stored here", _FOREIGN_FIX)
-    return obj
+    return checked_member(group, key, file, kind)
 
 
 def _columns(group: h5py.Group, file: Path) -> tuple[dict[str, h5py.Dataset], int]:
@@ -221,10 +211,10 @@ def _columns(group: h5py.Group, file: Path) -> tuple[dict[str, h5py.Dataset], in
 
 def _json_attr(f: h5py.File, key: str, file: Path) -> Any:
     try:
-        return json.loads(_plain(f.attrs[key]))
+        return json.loads(plain(f.attrs[key]))
     except (KeyError, TypeError, ValueError):
         raise StorageError(
-            f"{file}: root attribute {key!r} is missing or not JSON", _FOREIGN_FIX
+            f"{file}: root attribute {key!r} is missing or not JSON", FOREIGN_FIX
         ) from None
 
 
@@ -247,7 +237,7 @@ def _log_source(file: Path, f: h5py.File) -> Source:
         tables=tables,
         agents=list(agents),
         policy_of=dict(policy_of),
-        env_id=_plain(f.attrs.get("env_id")),
+        env_id=plain(f.attrs.get("env_id")),
         n_actions={a: int(space["n"]) for a, space in actions.items()},
         observation_spaces=_json_attr(f, "observation_spaces", file),
         action_spaces=actions,

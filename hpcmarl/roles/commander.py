@@ -49,8 +49,6 @@ class Commander(Role):
         self.waiting_learners: set[str] = set()
         self.running: dict[str, str] = {}
         self.stats = RunStats(cfg.commander, offline=bool(cfg.offline.dataset))
-        self.last_eval = time.monotonic()
-        self.eval_running = False
         self.last_progress = time.monotonic()
         self.phase = "running"
         self.stop_reason = ""
@@ -195,7 +193,7 @@ class Commander(Role):
 
     # -- evaluation and stopping ----------------------------------------------------------
     def on_eval(self, result: dict) -> None:
-        self.eval_running = False
+        self.schedule.eval_done()
         value = result["return_mean"]
         self.stats.eval_returns.append(value)
         row = {

@@ -24,6 +24,12 @@ class FreeRunning:
 
     def __init__(self, commander: Commander) -> None:
         self.commander = commander
+        self.last_eval = time.monotonic()
+        self.eval_running = False
+
+    def eval_done(self) -> None:
+        """An evaluation's result arrived: the next one may be granted when due."""
+        self.eval_running = False
 
     def advance(self) -> bool:
         granted = self.grant_collector_tasks()
@@ -48,9 +54,9 @@ class FreeRunning:
         (offline: nothing)."""
         c = self.commander
         settings = c.cfg.commander
-        due = time.monotonic() - c.last_eval >= settings.eval_interval_s
-        if due and not c.eval_running and c.stats.total_updates() > 0:
-            c.eval_running, c.last_eval = True, time.monotonic()
+        due = time.monotonic() - self.last_eval >= settings.eval_interval_s
+        if due and not self.eval_running and c.stats.total_updates() > 0:
+            self.eval_running, self.last_eval = True, time.monotonic()
             return {
                 "task_id": new_task_id("eval"),
                 "kind": "eval",

@@ -113,6 +113,9 @@ class Lockstep:
         self.learning = True
         return True
 
+    def eval_done(self) -> None:
+        """Nothing to do: the round moves on when the evaluation task is done (`evaluate`)."""
+
     def grant(self, role: str, task: dict[str, Any]) -> None:
         self.commander.running[task["task_id"]] = role
         self.commander.send("task", role, task)

@@ -43,7 +43,7 @@ ATTR_VERSION = "hpcmarl_schema_version"
 ATTR_TYPE = "hpcmarl_type"
 ATTR_JSON = "json_attrs"
 _RESERVED = (ATTR_VERSION, ATTR_TYPE, ATTR_JSON)
-_NUMERIC_KINDS = "biufc"  # bool, signed, unsigned, float, complex: what h5dump shows as numbers
+NUMERIC_KINDS = "biufc"  # bool, signed, unsigned, float, complex: what h5dump shows as numbers
 _FILTERS: dict[str, Any] = {
     "chunks": True,
     "compression": "gzip",
@@ -51,8 +51,8 @@ _FILTERS: dict[str, Any] = {
     "shuffle": True,
     "fletcher32": True,
 }
-_DAMAGED_FIX = "the file is damaged: resume from an older checkpoint or use another copy of it"
-_FOREIGN_FIX = "give the path of an unedited file that hpcmarl wrote"
+DAMAGED_FIX = "the file is damaged: resume from an older checkpoint or use another copy of it"
+FOREIGN_FIX = "give the path of an unedited file that hpcmarl wrote"
 
 
 class StorageError(UserError):
@@ -175,7 +175,7 @@ def _check_key(key: Any, where: str) -> None:
 def _check_json(value: Any, where: str) -> None:
     """Only values JSON brings back unchanged; lists may also hold numpy scalars (as numbers)."""
     if value is None or isinstance(value, (bool, int, float, str, np.generic)):
-        if isinstance(value, np.generic) and value.dtype.kind not in _NUMERIC_KINDS[:-1]:
+        if isinstance(value, np.generic) and value.dtype.kind not in NUMERIC_KINDS[:-1]:
             raise TypeError(f"{where}: a {value.dtype} scalar cannot be stored in JSON")
         return
     if isinstance(value, list):
@@ -196,7 +196,7 @@ def _numpy_scalar_in_list(value: Any) -> Any:
 
 
 def _write_array(group: h5py.Group, key: str, value: np.ndarray | np.generic, where: str) -> None:
-    if value.dtype.kind not in _NUMERIC_KINDS:
+    if value.dtype.kind not in NUMERIC_KINDS:
         raise TypeError(f"{where}{key}: dtype {value.dtype} is not numeric; store numbers only")
     arr = np.asarray(value)
     filters = _FILTERS if arr.ndim and arr.size else {}
@@ -213,17 +213,17 @@ def read_tree(path: str | Path, kind: str | None = None) -> Tree:
 def read_tree_with_attrs(path: str | Path, kind: str | None = None) -> tuple[Tree, dict[str, Any]]:
     """The tree and the root attributes given to `write_tree_atomic` as `attrs`."""
     file = Path(path)
-    _sniff(file)
+    sniff(file)
     try:
         with h5py.File(file, "r") as f:
-            _check_group(f, file, kind)
-            attrs = {k: _plain(v) for k, v in f.attrs.items() if k not in _RESERVED}
+            check_group(f, file, kind)
+            attrs = {k: plain(v) for k, v in f.attrs.items() if k not in _RESERVED}
             return _read_group(f, file, set()), attrs
     except (OSError, RuntimeError, ValueError, TypeError, KeyError) as err:
-        raise _damaged(file, err) from err
+        raise damaged(file, err) from err
 
 
-def _sniff(file: Path) -> None:
+def sniff(file: Path) -> None:
     """Recognise files that are not HDF5 by their first bytes, before any library parses them."""
     try:
         with open(file, "rb") as fh:
@@ -233,32 +233,32 @@ def _sniff(file: Path) -> None:
     except OSError as err:
         raise StorageError(f"{file} cannot be opened ({err.strerror})", "check the path") from None
     if not head:
-        raise StorageError(f"{file} is empty (truncated: its write never finished)", _DAMAGED_FIX)
+        raise StorageError(f"{file} is empty (truncated: its write never finished)", DAMAGED_FIX)
     if head.startswith((b"PK\x03\x04", b"\x80")):
         raise StorageError(
             f"{file} is a zip or pickle archive, not HDF5",
-            f"this is a torch/pickle file; hpcmarl reads only its own HDF5 files: {_FOREIGN_FIX}",
+            f"this is a torch/pickle file; hpcmarl reads only its own HDF5 files: {FOREIGN_FIX}",
         )
 
 
-def _damaged(file: Path, err: Exception) -> StorageError:
+def damaged(file: Path, err: Exception) -> StorageError:
     text = str(err)
     if "truncated" in text:
         cause = "is truncated (its write never finished)"
     elif "signature not found" in text:
-        return StorageError(f"{file} is not an HDF5 file", _FOREIGN_FIX)
+        return StorageError(f"{file} is not an HDF5 file", FOREIGN_FIX)
     elif "filter" in text or "checksum" in text.lower():
         cause = "is corrupt: a dataset fails its fletcher32 checksum or cannot be decompressed"
     else:
         cause = f"is corrupt or unreadable ({text})"
-    return StorageError(f"{file} {cause}", _DAMAGED_FIX)
+    return StorageError(f"{file} {cause}", DAMAGED_FIX)
 
 
-def _check_group(group: h5py.Group, file: Path, expected: str | None) -> None:
-    version, found = group.attrs.get(ATTR_VERSION), _plain(group.attrs.get(ATTR_TYPE))
+def check_group(group: h5py.Group, file: Path, expected: str | None) -> None:
+    version, found = group.attrs.get(ATTR_VERSION), plain(group.attrs.get(ATTR_TYPE))
     where = f"{file} (group {group.name})"
     if version is None or found is None:
-        raise StorageError(f"{where} was not written by hpcmarl (no {ATTR_VERSION})", _FOREIGN_FIX)
+        raise StorageError(f"{where} was not written by hpcmarl (no {ATTR_VERSION})", FOREIGN_FIX)
     if int(version) > SCHEMA_VERSION:
         raise StorageError(
             f"{where} was written by a newer hpcmarl (schema version {int(version)}; "
@@ -266,57 +266,61 @@ def _check_group(group: h5py.Group, file: Path, expected: str | None) -> None:
             "read it with the hpcmarl version that wrote it, or upgrade hpcmarl",
         )
     if expected is not None and found != expected:
-        raise StorageError(f"{where} holds a {found!r}, not a {expected!r}", _FOREIGN_FIX)
+        raise StorageError(f"{where} holds a {found!r}, not a {expected!r}", FOREIGN_FIX)
 
 
 def _read_group(group: h5py.Group, file: Path, seen: set[Any]) -> Tree:
     if group.id in seen:
-        raise StorageError(f"{file}: group {group.name} is linked in twice", _FOREIGN_FIX)
+        raise StorageError(f"{file}: group {group.name} is linked in twice", FOREIGN_FIX)
     seen.add(group.id)
-    tree = json.loads(_plain(group.attrs.get(ATTR_JSON, "{}")))
+    tree = json.loads(plain(group.attrs.get(ATTR_JSON, "{}")))
     if not isinstance(tree, dict):
-        raise StorageError(f"{file}: {group.name} has a malformed {ATTR_JSON}", _DAMAGED_FIX)
+        raise StorageError(f"{file}: {group.name} has a malformed {ATTR_JSON}", DAMAGED_FIX)
     for key in group:
         if key in tree:
-            raise StorageError(f"{file}: {group.name} holds {key!r} twice", _DAMAGED_FIX)
+            raise StorageError(f"{file}: {group.name} holds {key!r} twice", DAMAGED_FIX)
         tree[key] = _read_member(group, key, file, seen)
     return tree
 
 
 def _read_member(group: h5py.Group, key: str, file: Path, seen: set[Any]) -> Any:
-    """Look at the link before the object: a soft or external link is refused, not followed."""
+    obj = checked_member(group, key, file, "tree")
+    if isinstance(obj, h5py.Group):
+        return _read_group(obj, file, seen)
+    value = obj[()]
+    return value if plain(obj.attrs.get(ATTR_TYPE)) == "scalar" else np.asarray(value)
+
+
+def checked_member(group: h5py.Group, key: str, file: Path, kind: str | None) -> Any:
+    """`group[key]`, trusted only as far as hpcmarl wrote it: reached through a hard link (a
+    soft or external link is refused, not followed); a group must carry hpcmarl's stamp (of
+    type `kind` when given); a dataset must be a numeric array stored in this file."""
     link = group.get(key, getlink=True)
     if not isinstance(link, h5py.HardLink):
-        raise _link_refused(file, group, key, link)
+        raise link_refused(file, group, key, link)
     obj = group[key]
     if isinstance(obj, h5py.Group):
-        _check_group(obj, file, "tree")
-        return _read_group(obj, file, seen)
-    if isinstance(obj, h5py.Dataset):
-        return _read_dataset(obj, file)
-    raise StorageError(f"{file}: {obj.name} is not a group or dataset", _FOREIGN_FIX)
+        check_group(obj, file, kind)
+    elif not isinstance(obj, h5py.Dataset):
+        raise StorageError(f"{file}: {obj.name} is not a group or dataset", FOREIGN_FIX)
+    elif obj.is_virtual or obj.external:
+        raise StorageError(f"{file}: dataset {obj.name} keeps its data in other files", FOREIGN_FIX)
+    elif obj.dtype.kind not in NUMERIC_KINDS:
+        raise StorageError(f"{file}: dataset {obj.name} is of type {obj.dtype}", FOREIGN_FIX)
+    return obj
 
 
-def _link_refused(file: Path, group: h5py.Group, key: str, link: Any) -> StorageError:
+def link_refused(file: Path, group: h5py.Group, key: str, link: Any) -> StorageError:
     target = f"{link.filename}:{link.path}" if isinstance(link, h5py.ExternalLink) else link.path
     kind = type(link).__name__
     return StorageError(
         f"{file}: {group.name.rstrip('/')}/{key} is a {kind} to {target}; "
         "hpcmarl never follows links",
-        _FOREIGN_FIX,
+        FOREIGN_FIX,
     )
 
 
-def _read_dataset(ds: h5py.Dataset, file: Path) -> np.ndarray | np.generic:
-    if ds.is_virtual or ds.external:
-        raise StorageError(f"{file}: dataset {ds.name} keeps its data in other files", _FOREIGN_FIX)
-    if ds.dtype.kind not in _NUMERIC_KINDS:
-        raise StorageError(f"{file}: dataset {ds.name} is of type {ds.dtype}", _FOREIGN_FIX)
-    value = ds[()]
-    return value if _plain(ds.attrs.get(ATTR_TYPE)) == "scalar" else np.asarray(value)
-
-
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """HDF5 attributes come back as numpy scalars or bytes; callers want Python values."""
     if isinstance(value, bytes):
         return value.decode()
