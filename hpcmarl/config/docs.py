@@ -126,7 +126,7 @@ def _explain_key(path: str, cls: type, fld: dataclasses.Field, rules: dict[str, 
 
 def explain() -> str:
     """Every key with its type, default, allowed range and help, in job-file order."""
-    from hpcmarl.config.validate import ORDERED, rule_texts  # validate builds on this module
+    from hpcmarl.config.rules import ORDERED, rule_texts  # rules builds on this module
 
     rules = rule_texts()
     lines = [

@@ -1,8 +1,8 @@
 """Turn plain data into a `JobConfig`, or say which key is wrong, what it holds and how to fix it.
 
 Types come from the schema's annotations, so a new field is type-checked the day it is added;
-allowed values come from `RULES`, one entry per key, so the limits of a job are read in one place
-(and printed by `--explain`). Checks that relate two keys are in `ORDERED`.
+allowed values come from `RULES` (in `rules.py`), one entry per key, so the limits of a job are
+read in one place (and printed by `--explain`). Checks that relate two keys are in `ORDERED`.
 """
 
 from __future__ import annotations
@@ -18,164 +18,9 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from hpcmarl.config.docs import EXPLAIN_HINT, default_of, show, unknown_key_fix
+from hpcmarl.config.rules import ORDERED, RULES
 from hpcmarl.config.schema import JobConfig
 from hpcmarl.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class Rule:
-    """An allowed-value check on one key, with the words that explain it to the user.
-
-    `advice` completes "set KEY to ..."; `{noun}` / `{a_noun}` become "integer" / "an integer"
-    or "number" / "a number" after the key's type.
-    """
-
-    ok: Callable[[Any], bool]
-    text: str
-    advice: str
-    problem: str = "is out of range"
-    example: bool = True
-
-    def fix(self, path: str, noun: str, example: Any) -> str:
-        article = "an" if noun[0] in "aeiou" else "a"
-        advice = self.advice.format(noun=noun, a_noun=f"{article} {noun}")
-        return f"set {path} to {advice}" + (f" such as {show(example)}" if self.example else "")
-
-
-def above(lo: float) -> Rule:
-    advice = "a positive {noun}" if lo == 0 else "{a_noun} above " + str(lo)
-    return Rule(lambda v: v > lo, f"must be > {lo}", advice)
-
-
-def at_least(lo: float) -> Rule:
-    advice = "a non-negative {noun}" if lo == 0 else "{a_noun} of at least " + str(lo)
-    return Rule(lambda v: v >= lo, f"must be >= {lo}", advice)
-
-
-def within(lo: float, hi: float, open_low: bool = False) -> Rule:
-    low, left = (above(lo), "(") if open_low else (at_least(lo), "[")
-    return Rule(
-        lambda v: low.ok(v) and v <= hi,
-        f"{low.text} and <= {hi}",
-        f"{{a_noun}} in {left}{lo}, {hi}]",
-    )
-
-
-def one_of(*choices: str) -> Rule:
-    listed = ", ".join(choices)
-    return Rule(
-        lambda v: v in choices,
-        f"must be one of {listed}",
-        f"one of {listed}",
-        problem="is not a valid choice",
-        example=False,
-    )
-
-
-def _is_name(value: str) -> bool:
-    return bool(value) and "/" not in value
-
-
-def _is_mapping(value: Any) -> bool:
-    if isinstance(value, dict):
-        return all(
-            isinstance(k, str) and isinstance(p, str) and _is_name(p) for k, p in value.items()
-        )
-    return value in ("shared", "independent")
-
-
-NAME = Rule(
-    _is_name,
-    "must be non-empty and contain no '/'",
-    "a non-empty name without '/'",
-    problem="is not a valid name",
-)
-MAPPING = Rule(
-    _is_mapping,
-    "must be shared, independent or a mapping {agent_id: policy_id} of "
-    "strings (policy ids without '/')",
-    "shared, independent or a mapping such as {{agent_0: p0, agent_1: p1}}",
-    problem="is not a valid agent mapping",
-    example=False,
-)
-WIDTHS = Rule(
-    lambda v: all(w >= 1 for w in v), "every width must be >= 1", "a list of positive integers"
-)
-
-RULES: dict[str, Rule] = {
-    "name": NAME,
-    "seed": within(0, 2**32 - 1),
-    "env.kind": one_of("gymnasium", "pettingzoo"),
-    "env.id": Rule(bool, "must be non-empty", "an environment id", problem="is empty"),
-    "env.num_envs": at_least(1),
-    "agents.mapping": MAPPING,
-    "agents.strategy_spec_id": NAME,
-    "learner.algo": one_of("dqn", "bc"),
-    "learner.lr": above(0),
-    "learner.gamma": within(0, 1, open_low=True),
-    "learner.batch_size": at_least(1),
-    "learner.hidden_sizes": WIDTHS,
-    "learner.huber_delta": above(0),
-    "learner.grad_clip": at_least(0),
-    "learner.target_network_update_freq": at_least(1),
-    "learner.push_interval": at_least(1),
-    "learner.updates_per_task": at_least(1),
-    "learner.allreduce": one_of("auto", "mpi", "horovod"),
-    "replay.table_capacity": at_least(1),
-    "replay.learning_starts": at_least(0),
-    "replay.alpha": at_least(0),
-    "replay.beta": within(0, 1),
-    "replay.eps": above(0),
-    "replay.samples_per_insert": at_least(0),
-    "replay.error_buffer": above(0),
-    "replay.insert_credits": at_least(1),
-    "collector.fragment_length": at_least(1),
-    "collector.fragments_per_task": at_least(1),
-    "collector.eps_start": within(0, 1),
-    "collector.eps_end": within(0, 1),
-    "collector.eps_decay_steps": at_least(1),
-    "collector.weight_sync_fragments": at_least(1),
-    "commander.max_env_steps": at_least(1),
-    "commander.max_wall_time_s": at_least(0),
-    "commander.eval_interval_s": above(0),
-    "commander.eval_episodes": at_least(1),
-    "commander.collector_task_space": at_least(0),
-    "commander.progress_interval_s": above(0),
-    "topology.param_servers": at_least(1),
-    "topology.replay_shards": at_least(1),
-    "topology.learners": at_least(1),
-    "topology.collectors": at_least(1),
-    "commander.max_updates": at_least(0),
-    "commander.eval_every_rounds": at_least(1),
-    "replay_log.flush_every_fragments": at_least(1),
-    "learner.drift_check_interval": at_least(0),
-    "checkpoint.interval_s": at_least(0),
-    "checkpoint.every_updates": at_least(0),
-    "checkpoint.keep": at_least(1),
-    "checkpoint.timeout_s": above(0),
-    "runtime.heartbeat_interval_s": above(0),
-    "runtime.heartbeat_timeout_s": above(0),
-    "runtime.torch_threads": at_least(1),
-    "runtime.idle_sleep_max_s": at_least(0),
-    "runtime.shutdown_timeout_s": above(0),
-}
-
-ORDERED: tuple[tuple[str, str, str], ...] = (
-    ("collector.eps_end", "collector.eps_start", "epsilon decays from eps_start down to eps_end"),
-    ("replay.learning_starts", "replay.table_capacity", "a table that never fills never serves"),
-    ("learner.batch_size", "replay.table_capacity", "a batch cannot exceed what a table holds"),
-    (
-        "runtime.heartbeat_interval_s",
-        "runtime.heartbeat_timeout_s",
-        "a timeout shorter than the heartbeat interval aborts healthy jobs",
-    ),
-)
-"""(smaller, larger, why): pairs of keys where the first must not exceed the second."""
-
-
-def rule_texts() -> dict[str, str]:
-    """Each constrained key's limit in words, for `--explain`."""
-    return {path: rule.text for path, rule in RULES.items()}
 
 
 class _Mismatch(Exception):

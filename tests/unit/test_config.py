@@ -22,7 +22,7 @@ from hpcmarl.config import (
     save_resolved,
 )
 from hpcmarl.config.docs import all_keys, walk
-from hpcmarl.config.validate import RULES
+from hpcmarl.config.rules import RULES
 from hpcmarl.errors import ConfigError, UserError
 
 
