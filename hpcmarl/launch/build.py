@@ -224,8 +224,9 @@ def build_collector(
 
 
 def replay_log_for(cfg: JobConfig, spec: EnvSpec, name: str) -> Any:
-    """The collector's replay file writer when the job asks for one (`replay_log.enabled`)."""
-    if not cfg.replay_log.enabled:
+    """The collector's replay file writer when the job asks for one (`replay_log.enabled`);
+    offline, collectors only evaluate and write nothing."""
+    if not cfg.replay_log.enabled or cfg.offline.dataset:
         return None
     from ..storage.replay_log import ReplayLogWriter
 

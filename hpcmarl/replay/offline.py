@@ -223,8 +223,9 @@ def plan_offline(cfg: JobConfig, spec: EnvSpec, fresh: bool) -> str | None:
     if not fresh:
         return f"hpcmarl: offline: {cfg.learner.algo} on {cfg.offline.dataset} (as checkpointed)"
     rows = check_dataset(cfg, spec)
-    held = ", ".join(f"{n:,} of policy {p}" for p, n in rows.items())
+    held = ", ".join(f"{p} {n:,}" for p, n in rows.items())
     return (
-        f"hpcmarl: offline: {cfg.learner.algo} on {cfg.offline.dataset}: {held} transitions, "
-        f"split over {cfg.topology.replay_shards} replay shard(s); no env steps but evaluations"
+        f"hpcmarl: offline: {cfg.learner.algo} on {cfg.offline.dataset}; transitions by policy: "
+        f"{held}; split over {cfg.topology.replay_shards} replay shard(s); no env steps but "
+        "evaluations"
     )
