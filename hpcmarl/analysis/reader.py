@@ -43,7 +43,7 @@ STATS_COLUMNS = ("actions", "rewards", "terminations", "truncations", *BOOKKEEPI
 TRANSITION_COLUMNS = ("observations", "next_observations")
 CHECKPOINT_TYPE = "role_state"
 _REPLAY_DAMAGED_FIX = (
-    "the file is damaged: use another copy of it, or analyze the run's checkpoint replay files "
+    "the file is damaged: use another copy of it, or the run's checkpoint replay files "
     "(RUN_DIR/checkpoints/<id>/replay<N>.h5)"
 )
 _REPLAY_FIX = (
