@@ -28,6 +28,8 @@ from .build import EnvSpec, build_roles, probe_env
 from .resume import find_resume_point, restore_roles
 from .topology import Topology, build_topology
 
+ABORT_DRAIN_S = 0.3
+"""Seconds between a failed rank's line and its `MPI_Abort`, so the launcher forwards the line."""
 MPI_ENV_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS")
 
 
@@ -196,4 +198,7 @@ def fail_rank(rank: int, role: Role | None, err: BaseException, run_dir: str, co
         flush=True,
     )
     if comm is not None:
+        # The launcher forwards our stderr through a pipe; MPICH's tears the job down on
+        # Abort and once dropped the line still in that pipe. A moment to drain it first.
+        time.sleep(ABORT_DRAIN_S)
         comm.Abort(1)
