@@ -42,7 +42,9 @@ def test_an_exception_in_any_role_ends_the_job(tmp_path: Path, role: str, poll: 
     assert result.returncode != 0
     lines = [x.strip("\x00 ") for x in result.stderr.splitlines()]
     line = [x for x in lines if x.startswith("hpcmarl: failed: rank")]
-    assert line, result.stderr[-3000:]
+    assert line, (
+        f"rc={result.returncode}\n{result.stderr[-3000:]}\n--- stdout:\n{result.stdout[-3000:]}"
+    )
     assert "injected fault in" in line[0] and "RuntimeError" in line[0]
     assert list((tmp_path / "logs").glob("rank*.traceback"))
 
