@@ -142,7 +142,7 @@ def report(
             f"{rank:>4} {roles.get(rank, '?')[:34]:<34} {series[0][1]:9.1f} {at_warm:8.1f} "
             f"{at_end:8.1f} {max(m for _, m in series):8.1f} {ratio:8.3f} {slope:19.2f}"
         )
-    progress = list(csv.DictReader(open(run_dir / "progress.csv")))
+    progress = list(csv.DictReader((run_dir / "progress.csv").read_text().splitlines()))
     last = progress[-1] if progress else {}
     full_at = next((r["time_s"] for r in progress if float(r["replay_fill"] or 0) >= 0.999), None)
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("*") if p.is_dir())

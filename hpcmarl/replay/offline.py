@@ -135,8 +135,9 @@ def read_stream(stream: Stream, start: int, stop: int) -> Iterator[dict[str, np.
         if seen >= stop:
             return
         chunk = table.read(BATCH_COLUMNS, first, first + CHUNK_ROWS)
-        position = np.cumsum(chunk["agent_id"] == stream.agent) - 1 + seen
-        mine = (chunk["agent_id"] == stream.agent) & (position >= start) & (position < stop)
+        agents = chunk["agent_id"] == stream.agent
+        position = np.cumsum(agents) - 1 + seen
+        mine = agents & (position >= start) & (position < stop)
         seen = int(position[-1]) + 1 if len(position) else seen
         if mine.any():
             yield {name: column[mine] for name, column in chunk.items()}
@@ -181,6 +182,7 @@ def _check_sizes(
     streams: list[Stream], spec: EnvSpec, env_id: str, recorded_actions: dict[str, int]
 ) -> None:
     """Observation widths and action counts must fit the networks the job builds."""
+    highest_in: dict[int, int] = {}  # a mixed table is one stream per agent: scan it once
     for stream in streams:
         agent, table = spec.agents[stream.agent], stream.table
         obs_shape = table.datasets["observations"].shape[1:]
@@ -192,7 +194,9 @@ def _check_sizes(
             )
         n = spec.n_actions[agent]
         recorded = recorded_actions.get(agent)
-        highest = _highest_action(table) if recorded is None else recorded - 1
+        if recorded is None and id(table) not in highest_in:
+            highest_in[id(table)] = _highest_action(table)
+        highest = highest_in[id(table)] if recorded is None else recorded - 1
         if highest >= n:
             raise StorageError(
                 f"{table.file}: {table.group} holds actions up to {highest}, agent {agent} of "
