@@ -1,7 +1,8 @@
 """Progress lines on stdout and the same rows in `progress.csv` and `metrics.jsonl`.
 
 Batch jobs write stdout to a file, so progress is plain lines, flushed, never carriage-return
-bars. The CSV holds the progress columns only; the JSONL holds every row kind (progress and
+bars. The CSV holds the progress columns only (with one `eval_return/<agent>` column per agent
+of a multi-agent job, beside the team return); the JSONL holds every row kind (progress and
 evaluation) with all its fields, for scripts.
 """
 
@@ -25,6 +26,7 @@ PROGRESS_COLUMNS = (
     "eval_return",
     "replay_fill",
     "replay_evicted",
+    "replay_dropped",
     "version_lag",
     "eta_s",
 )
@@ -33,19 +35,25 @@ PROGRESS_COLUMNS = (
 class MetricsSink:
     """Writes rows to the run directory and progress lines to a stream."""
 
-    def __init__(self, run_dir: str, stream: TextIO = sys.stdout) -> None:
+    def __init__(
+        self, run_dir: str, stream: TextIO = sys.stdout, agents: list[str] | None = None
+    ) -> None:
         self.stream = stream
+        self.agents = list(agents or []) if len(agents or []) > 1 else []
+        self.columns = PROGRESS_COLUMNS + tuple(f"eval_return/{a}" for a in self.agents)
         os.makedirs(run_dir, exist_ok=True)
         self._jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a", buffering=1)
         csv_path = os.path.join(run_dir, "progress.csv")
         fresh = not os.path.exists(csv_path) or os.path.getsize(csv_path) == 0
         self._csv_file = open(csv_path, "a", newline="", buffering=1)
-        self._csv = csv.DictWriter(self._csv_file, fieldnames=PROGRESS_COLUMNS)
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=self.columns)
         if fresh:
             self._csv.writeheader()
 
     def progress(self, row: dict[str, Any]) -> None:
-        self._csv.writerow({k: _plain(row.get(k)) for k in PROGRESS_COLUMNS})
+        per_agent = row.get("eval_agent_returns") or {}
+        flat = {**row, **{f"eval_return/{a}": per_agent.get(a) for a in self.agents}}
+        self._csv.writerow({k: _plain(flat.get(k)) for k in self.columns})
         self.record("progress", row)
         self.say(format_progress(row))
 
@@ -73,10 +81,14 @@ def _fmt(value: Any, spec: str, missing: str = "-") -> str:
 
 def format_progress(row: dict[str, Any]) -> str:
     eta = row.get("eta_s")
+    per_agent = row.get("eval_agent_returns") or {}
+    agents = ""
+    if len(per_agent) > 1 and row.get("eval_return") is not None:
+        agents = " [" + " ".join(f"{r:.1f}" for r in per_agent.values()) + "]"
     return (
         f"hpcmarl: {row['time_s']:7.1f}s  steps {row['env_steps']:>9,}"
         f" ({row['env_steps_per_s']:,.0f}/s)  updates {row['updates']:>7,}"
         f" ({row['updates_per_s']:,.0f}/s)  train return {_fmt(row.get('train_return'), '.1f')}"
-        f"  eval {_fmt(row.get('eval_return'), '.1f')}  replay {row['replay_fill']:.0%}"
+        f"  eval {_fmt(row.get('eval_return'), '.1f')}{agents}  replay {row['replay_fill']:.0%}"
         f"  lag {_fmt(row.get('version_lag'), 'd')}  eta {_fmt(eta, '.0f')}s"
     )

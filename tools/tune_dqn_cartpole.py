@@ -1,7 +1,7 @@
 """Tune DQN on CartPole-v1 in one process (no MPI): how few updates and env steps reach 475?
 
 The loop mirrors what the distributed job does, serially: a vector env collects with an
-epsilon-greedy `QActor`, transitions go to a uniform replay ring, and learner updates are paced
+epsilon-greedy actor, transitions go to a uniform replay ring, and learner updates are paced
 by a samples-per-insert ratio (sampled transitions / inserted transitions ~= spi, the same
 formula as the replay rate limiter). A greedy evaluation of `eval_episodes` episodes runs every
 `eval_every` env steps; the run stops when its mean return reaches `stop_value`.
@@ -19,9 +19,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from hpcmarl.algos.dqn import DQN, QActor
-from hpcmarl.config.schema import EnvConfig, LearnerConfig
+from hpcmarl.algos.actors import EpsilonGreedyActor
+from hpcmarl.algos.contract import run_update
+from hpcmarl.algos.dqn import DQN
+from hpcmarl.config.schema import EnvConfig
 from hpcmarl.envs import MultiAgentVectorEnv, VectorStep, make_vector_env
+from hpcmarl.testing.groups import group_of, job_with
 
 AGENT = "agent_0"
 
@@ -92,13 +95,7 @@ class Ring:
         return {key: col[idx] for key, col in self.cols.items()}
 
 
-def epsilon(s: Settings, env_steps: int) -> float:
-    """Linear decay from eps_start to eps_end over eps_decay_steps env steps."""
-    frac = min(1.0, env_steps / s.eps_decay_steps)
-    return s.eps_start + frac * (s.eps_end - s.eps_start)
-
-
-def evaluate(actor: QActor, venv: MultiAgentVectorEnv, episodes: int) -> float:
+def evaluate(actor: EpsilonGreedyActor, venv: MultiAgentVectorEnv, episodes: int) -> float:
     """Mean return of the first episode of each of `episodes` copies, acting greedily."""
     obs = venv.reset()[AGENT]
     returns, done = np.zeros(episodes), np.zeros(episodes, bool)
@@ -112,31 +109,37 @@ def evaluate(actor: QActor, venv: MultiAgentVectorEnv, episodes: int) -> float:
 
 def train(s: Settings, seed: int) -> dict[str, float]:
     """One run to the stop value (or the step budget); returns what it took."""
-    cfg = LearnerConfig(
+    job = job_with(
         lr=s.lr,
         gamma=s.gamma,
         batch_size=s.batch_size,
         hidden_sizes=s.hidden_sizes,
-        target_network_update_freq=s.target_freq,
+        dqn__target_network_update_freq=s.target_freq,
+        dqn__eps_start=s.eps_start,
+        dqn__eps_end=s.eps_end,
+        dqn__eps_decay_steps=s.eps_decay_steps,
     )
+    group = group_of(4, 2)
     venv = make_vector_env(EnvConfig(), s.num_envs, seed)
     eval_env = make_vector_env(EnvConfig(), s.eval_episodes, seed + 10_000)
-    dqn, actor = DQN(4, 2, cfg, seed), QActor(4, 2, s.hidden_sizes)
-    actor.set_weights(dqn.get_weights())
+    dqn = DQN(group, job, seed)
+    (spec,) = DQN.policy_specs(group, job).values()
+    actor = EpsilonGreedyActor(spec)
+    actor.set_weights(dqn.publish()[spec.key])
     ring, rng = Ring(s.capacity, 4), np.random.default_rng(seed)
     obs, steps, updates, owed, score, start = venv.reset()[AGENT], 0, 0, 0.0, 0.0, time.time()
     next_eval = s.eval_every
     while steps < s.max_env_steps:
-        actions = actor.act(obs, epsilon(s, steps), rng)
+        actions = actor.act(obs, rng, env_steps=steps, greedy=False).actions
         step = venv.step({AGENT: actions})
         ring.add(_rows(obs, actions, step))
         obs, steps = step.observations[AGENT], steps + s.num_envs
         if ring.size >= s.learning_starts:
             owed += s.num_envs * s.spi / s.batch_size
             while owed >= 1.0:
-                dqn.update(ring.sample(rng, s.batch_size))
+                run_update(dqn, ring.sample(rng, s.batch_size))
                 owed, updates = owed - 1.0, updates + 1
-            actor.set_weights(dqn.get_weights())
+            actor.set_weights(dqn.publish()[spec.key])
         if steps >= next_eval:
             next_eval += s.eval_every
             score = evaluate(actor, eval_env, s.eval_episodes)

@@ -1,128 +1,143 @@
-"""What every learner algorithm shares: one acting network trained by Adam on flat gradients.
+"""What network algorithms share: named networks, one Adam optimizer over the trained ones,
+flat gradients, the clip, and state that resumes bit for bit.
 
-A learner role does not know which algorithm it runs. It asks for a flat gradient on a batch
-(`compute_gradients`), averages it across its group, hands it back (`apply_gradients`), pushes
-`get_weights()` to the parameter server, and checkpoints `state_dict()`. Subclasses supply the
-loss and any networks beyond the acting one (DQN's target network); the clip, the Adam step, the
-update counter and the exact-resume state live here once.
+A subclass builds its networks in `build_networks` (trained: one optimizer steps them all) and
+`build_extra_networks` (kept in step by the algorithm itself, like DQN's target network), says
+which network acts for each policy (`acting`), and supplies the loss. Algorithms whose update is
+one gradient per batch (DQN, BC) implement `compute_gradients`; the base turns that into the
+contract's one-yield `update`. Others (PPO) override `update`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
-from hpcmarl.algos.networks import get_flat, get_flat_grad, mlp, num_params, set_flat, set_flat_grad
-from hpcmarl.config.schema import LearnerConfig
-
-Batch = dict[str, np.ndarray]
+from hpcmarl.algos.contract import Algorithm, Batch, GroupSpec, UpdateResult, UpdateSteps
+from hpcmarl.algos.networks import get_flat, get_flat_grad, num_params, set_flat, set_flat_grad
 
 
-class NetworkAlgorithm:
-    """The acting network `q` (action scores: Q-values or logits), its optimizer and counter.
+class NetworkAlgorithm(Algorithm):
+    """A group's networks, its optimizer and its counters."""
 
-    Collectors act greedily on `q`'s scores (`QActor`), whatever the algorithm trained them as.
-    """
-
-    def __init__(
-        self, obs_dim: int, n_actions: int, cfg: LearnerConfig, seed: int, device: str = "cpu"
-    ) -> None:
-        self.cfg = cfg
+    def __init__(self, group: GroupSpec, job: Any, seed: int, device: str = "cpu") -> None:
+        self.group = group
+        self.job = job
+        self.cfg = job.learner
         self.device = torch.device(device)
-        self.n_actions = n_actions
         with torch.random.fork_rng(devices=[]):  # seed the init without touching global RNG
             torch.manual_seed(seed)
-            self.q = mlp(obs_dim, cfg.hidden_sizes, n_actions).to(self.device)
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=cfg.lr)
+            self.networks = {k: n.to(self.device) for k, n in self.build_networks().items()}
+            self.extras = {k: n.to(self.device) for k, n in self.build_extra_networks().items()}
+        self.trained_names = [
+            f"{net}.{name}"
+            for net, module in self.networks.items()
+            for name, _ in module.named_parameters()
+        ]
+        self.params = [p for module in self.networks.values() for p in module.parameters()]
+        self.optimizer = torch.optim.Adam(self.params, lr=self.cfg.lr)
         self.updates = 0
+        """Updates completed (batches trained on)."""
+        self.steps = 0
         """Optimizer steps taken."""
         self.grad_norm = 0.0
         """Global gradient norm before clipping, of the last `apply_gradients`."""
 
     # -- what subclasses define -------------------------------------------------------------
+    def build_networks(self) -> dict[str, torch.nn.Module]:
+        """The trained networks by name (their order is the order of the flat gradient)."""
+        raise NotImplementedError
+
+    def build_extra_networks(self) -> dict[str, torch.nn.Module]:
+        """Networks not stepped by the optimizer that a checkpoint and a group must hold."""
+        return {}
+
+    def acting(self, policy: str) -> torch.nn.Module:
+        """The network that acts for `policy` (what is published under its key)."""
+        raise NotImplementedError
+
     def compute_gradients(
         self, batch: Batch, weights: np.ndarray | None
     ) -> tuple[np.ndarray, dict[str, float], np.ndarray]:
-        """Loss gradient on `batch` as a flat float32 vector, stats, and a per-row error that
-        prioritized replay turns into priorities. `weights` are importance-sampling weights
-        (None means all ones)."""
+        """One-gradient algorithms: the flat loss gradient on `batch`, stats, and a per-item
+        error that prioritized replay turns into priorities."""
         raise NotImplementedError
-
-    def extra_networks(self) -> dict[str, torch.nn.Module]:
-        """Networks besides `q` that a checkpoint and a learner group must hold, by name."""
-        return {}
 
     def after_step(self) -> None:
         """Called after every optimizer step (DQN copies its target network here)."""
 
-    # -- shared machinery -------------------------------------------------------------------
-    def backward(self, loss: torch.Tensor) -> np.ndarray:
-        """Gradients of `loss` on `q` as one flat vector (what a group allreduces)."""
-        self.q.zero_grad(set_to_none=False)
-        loss.backward()
-        return get_flat_grad(self.q)
+    def extra_state(self) -> dict[str, np.ndarray]:
+        """Further arrays an exact resume needs (running statistics, RNG states)."""
+        return {}
 
-    def apply_gradients(self, flat_grad: np.ndarray) -> None:
-        """Clip, take one Adam step, count it."""
-        set_flat_grad(self.q, flat_grad)
-        max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
-        self.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.q.parameters(), max_norm))
-        self.optimizer.step()
-        self.updates += 1
-        self.after_step()
+    def load_extra_state(self, state: dict[str, np.ndarray]) -> None: ...
 
-    def update(
-        self, batch: Batch, weights: np.ndarray | None = None
-    ) -> tuple[dict[str, float], np.ndarray]:
-        """One learner step in one process: the same two halves a data-parallel learner runs."""
+    # -- the contract -----------------------------------------------------------------------
+    def update(self, batch: Batch, weights: np.ndarray | None = None) -> UpdateSteps:
+        """One gradient, averaged over the group, one optimizer step."""
         flat_grad, stats, errors = self.compute_gradients(batch, weights)
-        self.apply_gradients(flat_grad)
+        average = yield flat_grad
+        self.apply_gradients(average)
+        self.updates += 1
         stats["grad_norm"] = self.grad_norm
-        return stats, errors
+        return UpdateResult(stats, np.abs(errors).astype(np.float32))
 
-    def get_weights(self) -> np.ndarray:
-        """The acting network as a fresh flat float32 vector (what collectors act with)."""
-        return get_flat(self.q)
-
-    def set_weights(self, flat: np.ndarray) -> None:
-        """Load the acting network; other networks keep their own schedule."""
-        set_flat(self.q, flat)
+    def publish(self) -> dict[str, np.ndarray]:
+        return {self.group.keys[p]: get_flat(self.acting(p)) for p in self.group.policies}
 
     def group_weights(self) -> np.ndarray:
-        """Every network as one flat vector: what the learners of a group must hold identically."""
-        nets = [self.q, *self.extra_networks().values()]
+        nets = [*self.networks.values(), *self.extras.values()]
         return np.concatenate([get_flat(net) for net in nets])
 
     def load_group_weights(self, flat: np.ndarray) -> None:
         offset = 0
-        for net in [self.q, *self.extra_networks().values()]:
+        for net in [*self.networks.values(), *self.extras.values()]:
             n = num_params(net)
             set_flat(net, flat[offset : offset + n])
             offset += n
 
+    # -- shared machinery -------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor) -> np.ndarray:
+        """Gradients of `loss` on the trained networks as one flat vector."""
+        self.optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        return get_flat_grad(self.params)
+
+    def apply_gradients(self, flat_grad: np.ndarray) -> None:
+        """Clip, take one Adam step, count it."""
+        set_flat_grad(self.params, flat_grad)
+        max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+        self.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        self.optimizer.step()
+        self.steps += 1
+        self.after_step()
+
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Everything needed to resume exactly, as plain numpy arrays (HDF5-ready, no pickles)."""
-        state = {f"online/{k}": _np(v) for k, v in self.q.state_dict().items()}
-        for name, net in self.extra_networks().items():
+        state: dict[str, np.ndarray] = {}
+        for name, net in [*self.networks.items(), *self.extras.items()]:
             state |= {f"{name}/{k}": _np(v) for k, v in net.state_dict().items()}
-        names = [name for name, _ in self.q.named_parameters()]
         for index, slots in self.optimizer.state_dict()["state"].items():
-            state |= {f"optim/{names[index]}/{k}": _np(v) for k, v in slots.items()}
+            state |= {f"optim/{self.trained_names[index]}/{k}": _np(v) for k, v in slots.items()}
         state["updates"] = np.array(self.updates, dtype=np.int64)
-        return state
+        state["steps"] = np.array(self.steps, dtype=np.int64)
+        return state | {f"extra/{k}": v for k, v in self.extra_state().items()}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Inverse of `state_dict`: after it, updates continue bit for bit."""
-        self.q.load_state_dict(_section(state, "online/", self.device))
-        for name, net in self.extra_networks().items():
+        for name, net in [*self.networks.items(), *self.extras.items()]:
             net.load_state_dict(_section(state, f"{name}/", self.device))
-        names = [name for name, _ in self.q.named_parameters()]
         optim_state = self.optimizer.state_dict()
         optim_state["state"] = {
-            i: slots for i, name in enumerate(names) if (slots := _section(state, f"optim/{name}/"))
+            i: slots
+            for i, name in enumerate(self.trained_names)
+            if (slots := _section(state, f"optim/{name}/"))
         }
         self.optimizer.load_state_dict(optim_state)
-        self.updates = int(state["updates"])
+        self.updates, self.steps = int(state["updates"]), int(state["steps"])
+        extra = {k[len("extra/") :]: v for k, v in state.items() if k.startswith("extra/")}
+        self.load_extra_state(extra)
 
     def tensor(self, batch: Batch, key: str, dtype: torch.dtype) -> torch.Tensor:
         return torch.as_tensor(np.asarray(batch[key]), dtype=dtype, device=self.device)

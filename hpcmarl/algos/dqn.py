@@ -2,37 +2,81 @@
 
 Semantics (RLlib DQN): double-Q targets, Huber loss weighted by prioritized-replay importance
 weights, a hard target-network copy every `target_network_update_freq` updates, and the absolute
-TD errors returned per row so replay can refresh priorities.
+TD errors returned per row so replay can refresh priorities. Exploration is the actor's: an
+epsilon that decays with the job's global env-step count (`algos.actors.EpsilonGreedyActor`).
 
-The update is split into `compute_gradients` and `apply_gradients` (in `NetworkAlgorithm`)
-because data-parallel learners average one flat gradient across ranks between the two; `update`
-is both in one process. Nothing here imports MPI.
+A DQN group trains one policy on transition items: rows of every agent mapped to it. Its
+update is the contract's one-yield generator (in `NetworkAlgorithm`): the gradient is averaged
+across the group's learners between `compute_gradients` and `apply_gradients`.
 """
 
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hpcmarl.algos.base import Batch, NetworkAlgorithm
-from hpcmarl.algos.networks import mlp, set_flat
-from hpcmarl.config.schema import LearnerConfig
+from hpcmarl.algos.base import NetworkAlgorithm
+from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec
+from hpcmarl.algos.networks import mlp, mlp_layout
+from hpcmarl.items.spec import ItemSpec, ReplaySpec
+from hpcmarl.replay.columns import transition_columns
+
+
+def transition_item(group: GroupSpec, job: Any) -> ItemSpec:
+    """One agent's step, as DQN and BC learn from it (DESIGN.md §3 column names)."""
+    columns = transition_columns(group.dims(group.policies[0])[0])
+    selector = "prioritized" if job.replay.prioritized else "uniform"
+    return ItemSpec("transition", columns, replay=ReplaySpec(selector))
+
+
+def q_policy_spec(group: GroupSpec, job: Any, explore: dict[str, float]) -> dict[str, PolicySpec]:
+    """The published Q-network of the group's one policy, acting epsilon-greedily."""
+    policy = group.policies[0]
+    obs_dim, n_actions = group.dims(policy)
+    hidden = tuple(job.learner.hidden_sizes)
+    spec = PolicySpec(
+        key=group.keys[policy],
+        actor="epsilon_greedy",
+        obs_dim=obs_dim,
+        n_actions=n_actions,
+        hidden_sizes=hidden,
+        activation="relu",
+        params=tuple(mlp_layout(obs_dim, hidden, n_actions)),
+        explore=tuple(sorted(explore.items())),
+    )
+    return {spec.key: spec}
 
 
 class DQN(NetworkAlgorithm):
     """One policy's online and target Q-networks, its optimizer and its update counter."""
 
-    def __init__(
-        self, obs_dim: int, n_actions: int, cfg: LearnerConfig, seed: int, device: str = "cpu"
-    ) -> None:
-        super().__init__(obs_dim, n_actions, cfg, seed, device)
-        self.q_target = copy.deepcopy(self.q).requires_grad_(False)
+    name = "dqn"
 
-    def extra_networks(self) -> dict[str, torch.nn.Module]:
+    @classmethod
+    def item_spec(cls, group: GroupSpec, job: Any) -> ItemSpec:
+        return transition_item(group, job)
+
+    @classmethod
+    def policy_specs(cls, group: GroupSpec, job: Any) -> dict[str, PolicySpec]:
+        d = job.learner.dqn
+        explore = {"eps_start": d.eps_start, "eps_end": d.eps_end, "eps_decay": d.eps_decay_steps}
+        return q_policy_spec(group, job, explore)
+
+    def build_networks(self) -> dict[str, torch.nn.Module]:
+        obs_dim, n_actions = self.group.dims(self.group.policies[0])
+        self.q = mlp(obs_dim, self.cfg.hidden_sizes, n_actions)
+        return {"online": self.q}
+
+    def build_extra_networks(self) -> dict[str, torch.nn.Module]:
+        self.q_target = copy.deepcopy(self.q).requires_grad_(False)
         return {"target": self.q_target}
+
+    def acting(self, policy: str) -> torch.nn.Module:
+        return self.q
 
     def compute_gradients(
         self, batch: Batch, weights: np.ndarray | None
@@ -41,6 +85,7 @@ class DQN(NetworkAlgorithm):
 
         `weights` are importance-sampling weights from prioritized replay (None means all ones).
         """
+        d = self.cfg.dqn
         obs = self.tensor(batch, "observations", torch.float32)
         actions = self.tensor(batch, "actions", torch.int64)
         rewards = self.tensor(batch, "rewards", torch.float32)
@@ -50,7 +95,7 @@ class DQN(NetworkAlgorithm):
         with torch.no_grad():
             target = rewards + self.cfg.gamma * (1.0 - terminated) * self._next_value(next_obs)
         td = q_taken - target  # truncation does not cut the bootstrap; termination does
-        per_row = F.huber_loss(q_taken, target, reduction="none", delta=self.cfg.huber_delta)
+        per_row = F.huber_loss(q_taken, target, reduction="none", delta=d.huber_delta)
         if weights is not None:
             per_row = per_row * torch.as_tensor(weights, dtype=torch.float32, device=self.device)
         loss = per_row.mean()
@@ -66,53 +111,13 @@ class DQN(NetworkAlgorithm):
 
     def after_step(self) -> None:
         """The hard target update: copy online into target every N-th update."""
-        if self.updates % self.cfg.target_network_update_freq == 0:
+        if self.steps % self.cfg.dqn.target_network_update_freq == 0:
             self.q_target.load_state_dict(self.q.state_dict())
 
     def _next_value(self, next_obs: torch.Tensor) -> torch.Tensor:
         """Value of s': double Q scores the online argmax with the target net."""
         q_next_target = self.q_target(next_obs)
-        if not self.cfg.double_q:
+        if not self.cfg.dqn.double_q:
             return q_next_target.max(dim=1).values
         best = self.q(next_obs).argmax(dim=1, keepdim=True)
         return q_next_target.gather(1, best).squeeze(1)
-
-
-class QActor:
-    """What a collector holds per policy: the Q-network without optimizer, for batched acting.
-
-    The forward pass calls `F.linear` on the layers' own tensors instead of `nn.Sequential`:
-    the same arithmetic at about half the per-call overhead, which dominates for small batches.
-    """
-
-    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: list[int]) -> None:
-        self.n_actions = n_actions
-        self.q = mlp(obs_dim, hidden_sizes, n_actions).requires_grad_(False)
-        self._layers = [(m.weight, m.bias) for m in self.q if isinstance(m, torch.nn.Linear)]
-
-    def set_weights(self, flat: np.ndarray) -> None:
-        """Load weights pulled from the parameter server (in place: `_layers` stays valid)."""
-        set_flat(self.q, flat)
-
-    def act(self, obs: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-        """Epsilon-greedy int64 actions for a batch [B, obs_dim]; the forward pass is skipped when
-        every row explores."""
-        size = obs.shape[0]
-        if epsilon <= 0:
-            return self.greedy(obs)
-        explore = rng.random(size) < epsilon
-        n_explore = int(np.count_nonzero(explore))
-        if n_explore == size:
-            return np.asarray(rng.integers(self.n_actions, size=size, dtype=np.int64))
-        actions = self.greedy(obs)
-        if n_explore:
-            actions[explore] = rng.integers(self.n_actions, size=n_explore, dtype=np.int64)
-        return actions
-
-    def greedy(self, obs: np.ndarray) -> np.ndarray:
-        """argmax_a Q(obs, a) as int64 [B]."""
-        with torch.inference_mode():
-            h = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32))
-            for weight, bias in self._layers[:-1]:
-                h = F.linear(h, weight, bias).relu_()
-            return F.linear(h, *self._layers[-1]).argmax(dim=1).numpy()

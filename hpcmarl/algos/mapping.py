@@ -1,9 +1,11 @@
-"""Which trained policy each environment agent acts with.
+"""Which trained policy each environment agent acts with, and which policies train together.
 
 A job names the mapping as `shared` (one policy for every agent), `independent` (one policy per
-agent, named after it) or an explicit dict {agent_id: policy_id} for teams. Resolving it against
-the environment's real agent ids happens once at start-up, so a typo in an agent id fails there
-with the valid ids in the message.
+agent, named after it) or an explicit dict {agent_id: policy_id} for teams. Training groups
+(`agents.groups`) gather policies that one algorithm instance trains jointly; by default every
+policy is its own group (MALib's IndependentAgent), a team is one group (its TeamAgent).
+Resolving both against the environment's real agent ids happens once at start-up, so a typo
+fails there with the valid ids in the message.
 """
 
 from __future__ import annotations
@@ -39,6 +41,33 @@ def resolve_mapping(mapping: Any, agent_ids: list[str]) -> dict[str, str]:
 def policies_of(mapping: Mapping[str, str]) -> list[str]:
     """The distinct policy ids of a resolved mapping, sorted (the order roles iterate them)."""
     return sorted(set(mapping.values()))
+
+
+def resolve_groups(groups: Mapping[str, list[str]], policies: list[str]) -> dict[str, list[str]]:
+    """{group: [policy ids]} covering every policy exactly once; empty means one group per
+    policy, named after it."""
+    if not groups:
+        return {policy: [policy] for policy in policies}
+    listed = [p for members in groups.values() for p in members]
+    unknown = sorted(set(listed) - set(policies))
+    if unknown:
+        raise ConfigError(
+            f"agents.groups names unknown policy id(s) {unknown}",
+            f"use the policy ids of agents.mapping: {policies}",
+        )
+    twice = sorted({p for p in listed if listed.count(p) > 1})
+    if twice:
+        raise ConfigError(
+            f"agents.groups puts policy id(s) {twice} in more than one group",
+            "list every policy in exactly one group",
+        )
+    missing = [p for p in policies if p not in listed]
+    if missing:
+        raise ConfigError(
+            f"agents.groups leaves policy id(s) {missing} out",
+            f"list every policy of agents.mapping in one group: {policies}",
+        )
+    return {group: sorted(members) for group, members in groups.items()}
 
 
 def check_policy_spaces(

@@ -14,16 +14,41 @@ import numpy as np
 import torch
 from torch import nn
 
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
 
-def mlp(in_dim: int, hidden_sizes: Sequence[int], out_dim: int) -> nn.Sequential:
-    """A ReLU MLP; the last layer is linear because Q-values are unbounded."""
+
+def mlp(
+    in_dim: int, hidden_sizes: Sequence[int], out_dim: int, activation: str = "relu"
+) -> nn.Sequential:
+    """An MLP whose last layer is linear (Q-values, logits and values are unbounded). Parameter
+    names are `0.weight`, `0.bias`, `2.weight`, ...: an actor with the same widths and activation
+    lays out the same flat vector."""
     layers: list[nn.Module] = []
     width = in_dim
     for hidden in hidden_sizes:
-        layers += [nn.Linear(width, hidden), nn.ReLU()]
+        layers += [nn.Linear(width, hidden), ACTIVATIONS[activation]()]
         width = hidden
     layers.append(nn.Linear(width, out_dim))
     return nn.Sequential(*layers)
+
+
+def mlp_layout(
+    in_dim: int, hidden_sizes: Sequence[int], out_dim: int, activation: str = "relu"
+) -> list[tuple[str, tuple[int, ...]]]:
+    """`param_spec` of the `mlp` these arguments build, without building it: initialising a
+    network draws from torch's global generator, which a resumable rank must leave alone."""
+    with torch.random.fork_rng(devices=[]):
+        return param_spec(mlp(in_dim, hidden_sizes, out_dim, activation))
+
+
+def orthogonal_init(net: nn.Sequential, hidden_gain: float, out_gain: float) -> nn.Sequential:
+    """Orthogonal weights and zero biases (the PPO implementations' initialisation); a small
+    `out_gain` starts a policy near uniform."""
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    for i, layer in enumerate(linears):
+        nn.init.orthogonal_(layer.weight, gain=out_gain if i == len(linears) - 1 else hidden_gain)
+        nn.init.zeros_(layer.bias)
+    return net
 
 
 def param_spec(module: nn.Module) -> list[tuple[str, tuple[int, ...]]]:
@@ -50,23 +75,31 @@ def set_flat(module: nn.Module, flat: np.ndarray) -> None:
             p.copy_(chunk.view_as(p))
 
 
-def get_flat_grad(module: nn.Module) -> np.ndarray:
+def get_flat_grad(module: nn.Module | Sequence[torch.nn.Parameter]) -> np.ndarray:
     """All gradients as one fresh float32 vector (zeros where a parameter has no gradient yet),
-    the fused buffer that data-parallel learners allreduce."""
-    grads = [
-        torch.zeros_like(p) if p.grad is None else p.grad.detach() for p in module.parameters()
-    ]
-    return _gather(module, grads)
+    the fused buffer that data-parallel learners allreduce. Takes a module or a parameter list
+    (several networks trained by one optimizer)."""
+    params = _params(module)
+    grads = [torch.zeros_like(p) if p.grad is None else p.grad.detach() for p in params]
+    return _gather(params, grads)
 
 
-def set_flat_grad(module: nn.Module, flat: np.ndarray) -> None:
+def set_flat_grad(module: nn.Module | Sequence[torch.nn.Parameter], flat: np.ndarray) -> None:
     """Install gradients from a flat vector (copied) so an optimizer step can use them."""
-    for p, chunk in zip(module.parameters(), _split(module, flat), strict=True):
+    params = _params(module)
+    for p, chunk in zip(params, _split(params, flat), strict=True):
         p.grad = chunk.view_as(p).to(device=p.device, dtype=p.dtype, copy=True)
 
 
-def _gather(module: nn.Module, tensors: list[torch.Tensor]) -> np.ndarray:
-    out = np.empty(num_params(module), dtype=np.float32)
+def _params(module: nn.Module | Sequence[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
+    return list(module.parameters()) if isinstance(module, nn.Module) else list(module)
+
+
+def _gather(
+    module: nn.Module | list[torch.nn.Parameter], tensors: list[torch.Tensor]
+) -> np.ndarray:
+    params = _params(module)
+    out = np.empty(sum(p.numel() for p in params), dtype=np.float32)
     offset = 0
     for t in tensors:
         n = t.numel()
@@ -75,14 +108,15 @@ def _gather(module: nn.Module, tensors: list[torch.Tensor]) -> np.ndarray:
     return out
 
 
-def _split(module: nn.Module, flat: np.ndarray) -> list[torch.Tensor]:
-    expected = num_params(module)
+def _split(module: nn.Module | list[torch.nn.Parameter], flat: np.ndarray) -> list[torch.Tensor]:
+    params = _params(module)
+    expected = sum(p.numel() for p in params)
     flat = np.asarray(flat)
     if flat.ndim != 1 or flat.size != expected:
         raise ValueError(f"flat vector has shape {flat.shape}, the model needs ({expected},)")
     chunks = []
     offset = 0
-    for p in module.parameters():
+    for p in params:
         n = p.numel()
         chunks.append(torch.from_numpy(np.ascontiguousarray(flat[offset : offset + n])))
         offset += n

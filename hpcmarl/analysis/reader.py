@@ -248,15 +248,26 @@ def _log_source(file: Path, f: h5py.File) -> Source:
 
 def _checkpoint_source(folder: Path, opened: list[tuple[Path, h5py.File]]) -> Source:
     """Checkpoint tables do not name their agents: they are shown by index (`#0`), and the
-    agent count is the number of distinct `agent_id` values held."""
+    agent count is the number of distinct `agent_id` values held. On-policy queues hold
+    fragments ([T, agents, ...] items), not transition rows: they are left out (replay logs
+    hold the same steps as rows)."""
     tables = []
+    queues = 0
     for file, f in opened:
         group = _member(f, "tables", file, "tree")
         for policy in group:
             sub = _member(group, policy, file, "tree")
+            if "queue_counters" in sub:
+                queues += 1
+                continue
             datasets, rows = _columns(_member(sub, "column", file, "tree"), file)
             priorities = _member(sub, "priorities", file, None) if "priorities" in sub else None
             tables.append(Table(file, sub.name, policy, rows, datasets, priorities))
+    if queues and not tables:
+        raise StorageError(
+            f"{opened[0][0]} holds only on-policy fragment queues, no transition tables",
+            "analyse the run's replay logs instead (run it with replay_log.enabled=true)",
+        )
     ids = _agent_ids(tables)
     agents = [f"#{k}" for k in range(int(ids.max()) + 1 if len(ids) else 0)]
     policy_of = {}

@@ -77,7 +77,8 @@ def write_synthetic_log(
         for policy in sorted(set(policy_of.values())):
             members = [k for k, a in enumerate(agents) if policy_of[a] == policy]
             batch = {n: c[members].reshape(-1, *c.shape[3:]) for n, c in columns.items()}
-            writer.append(policy, batch)
+            writer.append(batch)
+        writer.end_fragment()
     truth.rows = fragments * fragment_length * num_envs
     if close:
         writer.close()

@@ -25,7 +25,7 @@ class Kind:
 
 MESSAGE_TABLE: tuple[Kind, ...] = (
     Kind("task_request", "collector|learner", "commander", "{} - ask for work when idle"),
-    Kind("task", "commander", "collector|learner", "{task_id, kind, ...} - granted work"),
+    Kind("task", "commander", "collector|learner", "{task_id, kind, bindings, ...} - work"),
     Kind("task_done", "collector|learner", "commander", "{task_id, stats} - releases task space"),
     Kind("task_failed", "collector|learner", "commander", "{task_id, cause} - releases space"),
     Kind("stats", "param_server|replay_shard", "commander", "{counters} - periodic report"),
@@ -35,14 +35,15 @@ MESSAGE_TABLE: tuple[Kind, ...] = (
     Kind("stopped", "every role", "commander", "{counters} - acknowledgement of stop"),
     Kind("checkpoint", "commander", "stateful roles", "{id, run_dir, expect} - write state"),
     Kind("checkpointed", "stateful roles", "commander", "{id, record} - file written"),
-    Kind("batch", "collector", "replay_shard", "{policy} + transition columns", bulk=True),
-    Kind("credit", "replay_shard", "collector", "{n} - may send n more batches"),
-    Kind("sample_request", "learner", "replay_shard", "{policy, n} - one batch wanted"),
-    Kind("sample", "replay_shard", "learner", "{policy} + columns, indices, weights", bulk=True),
-    Kind("priorities", "learner", "replay_shard", "{policy} + indices, ids, td", bulk=True),
-    Kind("weights_push", "learner", "param_server", "{key} + weights vector", bulk=True),
-    Kind("weights_pull", "collector", "param_server", "{key, have_version}"),
-    Kind("weights", "param_server", "collector", "{key, version} + weights", bulk=True),
+    Kind("create_table", "commander", "param_server", "{key, spec} - announce a policy key"),
+    Kind("batch", "collector", "replay_shard", "{group, items} + item columns", bulk=True),
+    Kind("credit", "replay_shard", "collector", "{n[, group, first, items]} - send n more"),
+    Kind("sample_request", "learner", "replay_shard", "{group, n | ranges, min_version}"),
+    Kind("sample", "replay_shard", "learner", "{group, items, dropped} + columns", bulk=True),
+    Kind("priorities", "learner", "replay_shard", "{group} + indices, ids, td", bulk=True),
+    Kind("weights_push", "learner", "param_server", "{key[, spec]} + weights", bulk=True),
+    Kind("weights_pull", "collector", "param_server", "{key, have_version, min_version}"),
+    Kind("weights", "param_server", "collector", "{key, version[, spec]} + weights", bulk=True),
     Kind("not_newer", "param_server", "collector", "{key, version} - nothing newer"),
 )
 

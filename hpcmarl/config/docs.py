@@ -99,8 +99,22 @@ def _close(leaf: str, siblings: list[str]) -> list[str]:
     return difflib.get_close_matches(leaf, names, n=3, cutoff=0.6)
 
 
+MOVED_KEYS = {
+    "learner.double_q": "learner.dqn.double_q",
+    "learner.huber_delta": "learner.dqn.huber_delta",
+    "learner.target_network_update_freq": "learner.dqn.target_network_update_freq",
+    "collector.eps_start": "learner.dqn.eps_start",
+    "collector.eps_end": "learner.dqn.eps_end",
+    "collector.eps_decay_steps": "learner.dqn.eps_decay_steps",
+}
+"""Keys that moved into an algorithm's own section: an old job file is told the new name."""
+
+
 def unknown_key_fix(path: str) -> str:
-    """The fix for a key the schema does not have: the nearest real keys, then where to look."""
+    """The fix for a key the schema does not have: its new name if it moved, else the nearest
+    real keys, then where to look."""
+    if path in MOVED_KEYS:
+        return f"it moved: write {MOVED_KEYS[path]} instead (the algorithm owns it now)"
     near = suggest(path)
     lead = f"did you mean {' or '.join(near)}? " if near else "remove it; "
     return lead + EXPLAIN_HINT
@@ -126,6 +140,7 @@ def _explain_key(path: str, cls: type, fld: dataclasses.Field, rules: dict[str, 
 
 def explain() -> str:
     """Every key with its type, default, allowed range and help, in job-file order."""
+    from hpcmarl.algos import catalog
     from hpcmarl.config.rules import ORDERED, rule_texts  # rules builds on this module
 
     rules = rule_texts()
@@ -135,6 +150,7 @@ def explain() -> str:
         "",
     ]
     lines += [_explain_key(path, cls, fld, rules) for path, cls, fld in walk()]
+    lines += ["", catalog.describe()]
     lines += ["", "Keys that must not exceed another:"]
     lines += [f"  {small} <= {large}  ({why})" for small, large, why in ORDERED]
     return "\n".join(lines) + "\n"

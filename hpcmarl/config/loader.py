@@ -133,7 +133,7 @@ def _split_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-_FREE_FORM = {"env.kwargs", "agents.mapping"}
+_FREE_FORM = {"env.kwargs", "agents.mapping", "agents.groups"}
 """Keys whose value is a user mapping, so `env.kwargs.max_cycles=25` sets one entry in it."""
 
 

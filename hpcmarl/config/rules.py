@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hpcmarl.algos.catalog import CATALOG
 from hpcmarl.config.docs import show
 
 
@@ -89,6 +90,22 @@ MAPPING = Rule(
     problem="is not a valid agent mapping",
     example=False,
 )
+
+
+def _is_groups(value: dict) -> bool:
+    return all(
+        isinstance(members, list) and members and all(isinstance(p, str) for p in members)
+        for members in value.values()
+    ) and all(_is_name(g) for g in value)
+
+
+GROUPS = Rule(
+    _is_groups,
+    "must map group names (no '/') to non-empty lists of policy ids",
+    "a mapping such as {{team: [p0, p1]}}, or {{}} for one group per policy",
+    problem="is not a valid group mapping",
+    example=False,
+)
 WIDTHS = Rule(
     lambda v: all(w >= 1 for w in v), "every width must be >= 1", "a list of positive integers"
 )
@@ -101,14 +118,30 @@ RULES: dict[str, Rule] = {
     "env.num_envs": at_least(1),
     "agents.mapping": MAPPING,
     "agents.strategy_spec_id": NAME,
-    "learner.algo": one_of("dqn", "bc"),
+    "agents.groups": GROUPS,
+    "learner.algo": one_of(*CATALOG),
     "learner.lr": above(0),
     "learner.gamma": within(0, 1, open_low=True),
     "learner.batch_size": at_least(1),
     "learner.hidden_sizes": WIDTHS,
-    "learner.huber_delta": above(0),
     "learner.grad_clip": at_least(0),
-    "learner.target_network_update_freq": at_least(1),
+    "learner.dqn.huber_delta": above(0),
+    "learner.dqn.target_network_update_freq": at_least(1),
+    "learner.dqn.eps_start": within(0, 1),
+    "learner.dqn.eps_end": within(0, 1),
+    "learner.dqn.eps_decay_steps": at_least(1),
+    "learner.ppo.critic": one_of("central", "local"),
+    "learner.ppo.batch_fragments": at_least(1),
+    "learner.ppo.epochs": at_least(1),
+    "learner.ppo.minibatches": at_least(1),
+    "learner.ppo.clip": above(0),
+    "learner.ppo.value_clip": at_least(0),
+    "learner.ppo.gae_lambda": within(0, 1),
+    "learner.ppo.entropy_coef": at_least(0),
+    "learner.ppo.value_coef": at_least(0),
+    "learner.ppo.value_huber_delta": at_least(0),
+    "learner.ppo.activation": one_of("tanh", "relu"),
+    "learner.ppo.max_policy_lag": at_least(0),
     "learner.push_interval": at_least(1),
     "learner.updates_per_task": at_least(1),
     "learner.allreduce": one_of("auto", "mpi", "horovod"),
@@ -122,9 +155,6 @@ RULES: dict[str, Rule] = {
     "replay.insert_credits": at_least(1),
     "collector.fragment_length": at_least(1),
     "collector.fragments_per_task": at_least(1),
-    "collector.eps_start": within(0, 1),
-    "collector.eps_end": within(0, 1),
-    "collector.eps_decay_steps": at_least(1),
     "collector.weight_sync_fragments": at_least(1),
     "commander.max_env_steps": at_least(1),
     "commander.max_wall_time_s": at_least(0),
@@ -152,9 +182,14 @@ RULES: dict[str, Rule] = {
 }
 
 ORDERED: tuple[tuple[str, str, str], ...] = (
-    ("collector.eps_end", "collector.eps_start", "epsilon decays from eps_start down to eps_end"),
+    ("learner.dqn.eps_end", "learner.dqn.eps_start", "epsilon decays from eps_start to eps_end"),
     ("replay.learning_starts", "replay.table_capacity", "a table that never fills never serves"),
     ("learner.batch_size", "replay.table_capacity", "a batch cannot exceed what a table holds"),
+    (
+        "learner.ppo.minibatches",
+        "learner.ppo.batch_fragments",
+        "each minibatch needs at least one fragment",
+    ),
     (
         "runtime.heartbeat_interval_s",
         "runtime.heartbeat_timeout_s",

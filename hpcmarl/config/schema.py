@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpcmarl.algos.catalog import DQNConfig, PPOConfig
+
 
 @dataclass
 class EnvConfig:
@@ -33,50 +35,53 @@ class AgentsConfig:
     dict {agent_id: policy_id}."""
     strategy_spec_id: str = "main"
     """Strategy spec whose policies this job trains; weight tables are keyed `{spec}/{policy}`."""
+    groups: dict[str, list[str]] = field(default_factory=dict)
+    """Training groups: {group: [policy ids]} whose policies one algorithm instance trains
+    jointly (a team); empty means one group per policy (independent learners)."""
 
 
 @dataclass
 class LearnerConfig:
-    """The learning algorithm and its hyper-parameters."""
+    """The learning algorithm, the keys every algorithm shares, and each algorithm's own."""
 
     algo: str = "dqn"
-    """Algorithm name: `dqn`, or `bc` (behaviour cloning, offline only: the baseline that
-    imitates the dataset's actions)."""
+    """Algorithm name; `python -m hpcmarl --explain` lists them (dqn, bc, ppo, mappo, ippo)."""
     lr: float = 1e-3
     """Adam learning rate."""
     gamma: float = 0.99
     """Discount factor."""
     batch_size: int = 64
-    """Transitions per sampled batch, per learner."""
+    """Transitions per sampled batch, per learner (off-policy algorithms)."""
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
-    """Hidden layer widths of the Q-network MLP."""
-    double_q: bool = True
-    """Use double Q-learning targets (online net picks the action, target net scores it)."""
-    huber_delta: float = 1.0
-    """Huber loss threshold on the TD error."""
+    """Hidden layer widths of the networks."""
     grad_clip: float = 10.0
     """Global gradient-norm clip; 0 disables it."""
-    target_network_update_freq: int = 100
-    """Learner updates between hard copies of the online network into the target network."""
     push_interval: int = 10
-    """Learner updates between weight pushes to the parameter server."""
+    """Learner updates between weight pushes to the parameter server (on-policy algorithms push
+    after every update)."""
     updates_per_task: int = 200
-    """Updates in one learner task granted by the commander (its unit of scheduling)."""
+    """Updates in one learner task granted by the commander (its unit of scheduling; an
+    on-policy task is one update)."""
     allreduce: str = "mpi"
-    """Gradient averaging across learners of one policy: `mpi`, `horovod` or `auto` (Horovod
+    """Gradient averaging across learners of one group: `mpi`, `horovod` or `auto` (Horovod
     when it imports, else MPI). The default is MPI because Horovod's background thread keeps a
     core busy per learner, which costs more than it saves on oversubscribed nodes."""
     drift_check_interval: int = 100
-    """Averaged updates between weight-digest comparisons across the learners of a policy (a
+    """Averaged updates between weight-digest comparisons across the learners of a group (a
     mismatch stops the job naming the learners that differ); 0 turns it off."""
+    dqn: DQNConfig = field(default_factory=DQNConfig)
+    """DQN's keys."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """PPO's keys (also used by mappo and ippo)."""
 
 
 @dataclass
 class ReplayConfig:
-    """Replay tables on the replay shards (one table per policy on every shard)."""
+    """Replay tables on the replay shards (one table per training group on every shard)."""
 
     table_capacity: int = 50_000
-    """Transitions kept per table per shard; the oldest are evicted (and counted) beyond it."""
+    """Items kept per table (one per training group) per shard; the oldest are evicted (and
+    counted) beyond it. On-policy queues hold fragments and evict likewise."""
     learning_starts: int = 1_000
     """Transitions a table must hold before it serves samples."""
     prioritized: bool = True
@@ -103,12 +108,6 @@ class CollectorConfig:
     """Environment steps per batch sent to replay (per environment copy)."""
     fragments_per_task: int = 4
     """Fragments in one collector task granted by the commander."""
-    eps_start: float = 1.0
-    """Initial epsilon of the epsilon-greedy schedule."""
-    eps_end: float = 0.04
-    """Final epsilon."""
-    eps_decay_steps: int = 8_000
-    """Global env steps over which epsilon decays linearly."""
     weight_sync_fragments: int = 1
     """Fragments between checks with the parameter server for newer weights."""
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from hpcmarl.algos.catalog import CATALOG
 from hpcmarl.config.docs import EXPLAIN_HINT, default_of, show, unknown_key_fix
 from hpcmarl.config.rules import ORDERED, RULES
 from hpcmarl.config.schema import JobConfig
@@ -188,4 +189,25 @@ def build_job(data: Any, source: str, origins: Mapping[str, str] | None = None) 
     ctx = _Ctx(source, origins or {})
     job = _section(JobConfig, require_mapping(data, source), "", ctx)
     _check_order(job, ctx)
+    _apply_preset(job, data, ctx)
     return job
+
+
+def _apply_preset(job: JobConfig, data: dict, ctx: _Ctx) -> None:
+    """Fix the keys an algorithm's preset names (`mappo` sets learner.ppo.critic=central); the
+    job may repeat them but not contradict them."""
+    decl = CATALOG[job.learner.algo]
+    if not decl.preset or decl.section is None:
+        return
+    section = getattr(job.learner, decl.section)
+    given = (data.get("learner") or {}).get(decl.section) or {}
+    for key, value in decl.preset.items():
+        path = f"learner.{decl.section}.{key}"
+        if key in given and given[key] != value:
+            others = [d.name for d in CATALOG.values() if d.impl == decl.impl and not d.preset]
+            raise ConfigError(
+                f"{ctx.where(path, 'learner.algo')}: learner.algo = {decl.name!r} fixes {path} = "
+                f"{show(value)}, the job sets {show(given[key])}",
+                f"drop {path}, or use learner.algo={others[0] if others else decl.name}",
+            )
+        setattr(section, key, value)

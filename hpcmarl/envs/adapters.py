@@ -4,6 +4,10 @@ A gymnasium env is the one-agent case (agent id `agent_0`); a PettingZoo paralle
 general case. A copy writes its step straight into row `i` of the vector env's output arrays,
 in a fixed, sorted agent order: no per-step dicts or lists for the one-agent case, because the
 collector's hot loop is benchmarked against a bare loop of the same env.
+
+Every copy also has a global state (what a centralised critic sees): PettingZoo's `state()`
+where the env has one, else every agent's observation side by side; for gymnasium the
+observation itself. It is written only when the vector env asks (`with_state`).
 """
 
 from __future__ import annotations
@@ -34,10 +38,13 @@ class StepBuffers:
     truncations: np.ndarray
     """bool [agents, num_envs]."""
     active: np.ndarray
-    """bool [agents, num_envs]; True unless the agent finished before its episode did."""
+    """bool [agents, num_envs]; True when the agent acted in this step, False for the padding
+    of an agent that finished before its episode did."""
+    state: np.ndarray | None = None
+    """float32 [num_envs, state_dim] after the step (the true s'), or None when not tracked."""
 
     @classmethod
-    def empty(cls, obs_dims: list[int], num_envs: int) -> StepBuffers:
+    def empty(cls, obs_dims: list[int], num_envs: int, state_dim: int | None) -> StepBuffers:
         shape = (len(obs_dims), num_envs)
         return cls(
             obs=[np.empty((num_envs, d), dtype=np.float32) for d in obs_dims],
@@ -45,6 +52,7 @@ class StepBuffers:
             terminations=np.empty(shape, dtype=bool),
             truncations=np.empty(shape, dtype=bool),
             active=np.ones(shape, dtype=bool),
+            state=None if state_dim is None else np.empty((num_envs, state_dim), np.float32),
         )
 
 
@@ -54,6 +62,11 @@ class EnvCopy(Protocol):
     agents: list[str]
     observation_spaces: dict[str, gymnasium.Space]
     action_spaces: dict[str, gymnasium.Space]
+    state_dim: int
+
+    def state_into(self, i: int, out: np.ndarray) -> None:
+        """Write the global state now into row `i` of `out`."""
+        ...
 
     def reset_into(self, seed: int | None, i: int, obs: list[np.ndarray]) -> None:
         """Reset and write each agent's flat observation into row `i` of `obs`."""
@@ -77,15 +90,20 @@ class GymnasiumCopy:
         self.action_spaces = {SINGLE_AGENT_ID: env.action_space}
         self._flat = flattener(env.observation_space, env_id)
         self._offset = _action_offset(env.action_space)
+        self.state_dim = gymnasium.spaces.flatdim(env.observation_space)
+        self._last: Any = None
+
+    def state_into(self, i: int, out: np.ndarray) -> None:
+        out[i] = self._last
 
     def reset_into(self, seed: int | None, i: int, obs: list[np.ndarray]) -> None:
         first, _ = self.env.reset(seed=seed)
-        obs[0][i] = self._flat(first)
+        obs[0][i] = self._last = self._flat(first)
 
     def step_into(self, actions: list[Any], i: int, out: StepBuffers) -> bool:
         action = actions[0] + self._offset if self._offset else actions[0]
         obs, reward, terminated, truncated, _ = self.env.step(action)
-        out.obs[0][i] = self._flat(obs)
+        out.obs[0][i] = self._last = self._flat(obs)
         out.rewards[0, i] = reward
         out.terminations[0, i] = terminated
         out.truncations[0, i] = truncated
@@ -107,6 +125,21 @@ class ParallelCopy:
         self.action_spaces = {a: env.action_space(a) for a in self.agents}
         self._flat = [flattener(self.observation_spaces[a], env_id) for a in self.agents]
         self._offset = [_action_offset(self.action_spaces[a]) for a in self.agents]
+        space = getattr(env, "state_space", None)
+        self._own_state = space is not None and callable(getattr(env, "state", None))
+        dims = [gymnasium.spaces.flatdim(self.observation_spaces[a]) for a in self.agents]
+        self.state_dim = sum(dims)
+        if space is not None and self._own_state:
+            self.state_dim = gymnasium.spaces.flatdim(space)
+        self._last: list[np.ndarray] = [np.zeros(d, np.float32) for d in dims]
+
+    def state_into(self, i: int, out: np.ndarray) -> None:
+        """PettingZoo's `state()`, or the agents' observations side by side (zeros for agents
+        that have finished)."""
+        if self._own_state:
+            out[i] = np.reshape(self.env.state(), -1)
+        else:
+            out[i] = np.concatenate(self._last)
 
     def reset_into(self, seed: int | None, i: int, obs: list[np.ndarray]) -> None:
         first, _ = self.env.reset(seed=seed)
@@ -134,6 +167,8 @@ class ParallelCopy:
     def _write_obs(self, obs: dict[str, Any], i: int, arrays: list[np.ndarray]) -> None:
         for k, agent in enumerate(self.agents):
             arrays[k][i] = self._flat[k](obs[agent]) if agent in obs else 0.0
+            if not self._own_state:
+                self._last[k] = arrays[k][i]
 
 
 def flattener(space: gymnasium.Space, env_id: str) -> Callable[[Any], Any]:

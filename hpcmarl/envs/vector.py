@@ -39,19 +39,28 @@ class VectorStep:
     """bool [num_envs]: the copy was reset after this step."""
     active: AgentArrays = field(default_factory=dict)
     """bool [num_envs]: the agent acted in this step. False rows are padding for an agent that
-    finished before the rest of its multi-agent episode; collectors should not store them."""
+    finished before the rest of its multi-agent episode; they never reach a learner's table."""
+    next_states: np.ndarray | None = None
+    """float32 [num_envs, state_dim]: the true global s' (None unless the env tracks state)."""
+    states: np.ndarray | None = None
+    """The global state to act on next: `next_states`, or the reset state for ended copies."""
 
 
 class MultiAgentVectorEnv:
     """`num_envs` copies of one environment, auto-reset, copy i seeded `seed + i` on its first
-    reset."""
+    reset. With `with_state`, `states` holds the global state of every copy."""
 
-    def __init__(self, copies: list[EnvCopy], seed: int) -> None:
+    def __init__(self, copies: list[EnvCopy], seed: int, with_state: bool = False) -> None:
         if not copies:
             raise ValueError("a vector env needs at least one environment copy")
         self._copies = copies
         self._seed = seed
         self._seeded = False
+        self.state_dim = copies[0].state_dim
+        """Width of the global state."""
+        self._state_dim = self.state_dim if with_state else None
+        self.states: np.ndarray | None = None
+        """float32 [num_envs, state_dim] now (after the last reset or step), if tracked."""
         self.num_envs = len(copies)
         self.agents: list[str] = list(copies[0].agents)
         """Agent ids in fixed, sorted order."""
@@ -85,26 +94,35 @@ class MultiAgentVectorEnv:
     def reset(self, seed: int | None = None) -> AgentArrays:
         """Reset every copy; only the first call seeds them (later resets continue their RNG)
         unless `seed` is given: then copy i is reseeded with `seed + i`."""
-        obs = StepBuffers.empty(self._obs_dims, self.num_envs).obs
+        buffers = StepBuffers.empty(self._obs_dims, self.num_envs, self._state_dim)
         base = seed if seed is not None else (None if self._seeded else self._seed)
         for i, copy in enumerate(self._copies):
-            copy.reset_into(None if base is None else base + i, i, obs)
+            copy.reset_into(None if base is None else base + i, i, buffers.obs)
+            if buffers.state is not None:
+                copy.state_into(i, buffers.state)
         self._seeded = True
-        return self._by_agent(obs)
+        self.states = buffers.state
+        return self._by_agent(buffers.obs)
 
     def step(self, actions: AgentArrays) -> VectorStep:
         """Step every copy with its row of `actions` (agent -> [num_envs]); reset ended copies."""
         if not self._seeded:
             raise RuntimeError("call reset() before the first step()")
         per_agent = [_rows(actions[a]) for a in self.agents]
-        out = StepBuffers.empty(self._obs_dims, self.num_envs)
+        out = StepBuffers.empty(self._obs_dims, self.num_envs, self._state_dim)
         ended = []
         for i, copy in enumerate(self._copies):
             if copy.step_into([a[i] for a in per_agent], i, out):
                 ended.append(i)
+            if out.state is not None:
+                copy.state_into(i, out.state)
         observations = [o.copy() for o in out.obs]
+        states = None if out.state is None else out.state.copy()
         for i in ended:
             self._copies[i].reset_into(None, i, observations)
+            if states is not None:
+                self._copies[i].state_into(i, states)
+        self.states = states
         episode_ended = np.zeros(self.num_envs, dtype=bool)
         if ended:
             episode_ended[ended] = True
@@ -116,6 +134,8 @@ class MultiAgentVectorEnv:
             truncations=self._by_agent(out.truncations),
             episode_ended=episode_ended,
             active=self._by_agent(out.active),
+            next_states=out.state,
+            states=states,
         )
 
     def close(self) -> None:
@@ -127,11 +147,14 @@ class MultiAgentVectorEnv:
         return dict(zip(self.agents, rows, strict=True))
 
 
-def make_vector_env(env_cfg: EnvConfig, num_envs: int, seed: int) -> MultiAgentVectorEnv:
+def make_vector_env(
+    env_cfg: EnvConfig, num_envs: int, seed: int, with_state: bool = False
+) -> MultiAgentVectorEnv:
     """`num_envs` copies of the configured environment, copy i seeded `seed + i`."""
     if num_envs < 1:
         raise ValueError(f"num_envs must be at least 1, got {num_envs}")
-    return MultiAgentVectorEnv([make_env_copy(env_cfg) for _ in range(num_envs)], seed)
+    copies = [make_env_copy(env_cfg) for _ in range(num_envs)]
+    return MultiAgentVectorEnv(copies, seed, with_state)
 
 
 def _rows(actions: np.ndarray) -> list:

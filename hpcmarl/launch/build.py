@@ -2,7 +2,9 @@
 
 Rank 0 probes the environment once (so that an unknown id or an algorithm that does not fit
 fails before any work starts) and broadcasts what it learned as an `EnvSpec`; every rank then
-builds its own roles from the same inputs.
+builds its own roles from the same inputs. The algorithm is a registry entry (`algos.registry`):
+its item spec shapes the collectors' writers and the shards' tables, its policy specs fill the
+commander's population, and its class is what learners train.
 """
 
 from __future__ import annotations
@@ -15,19 +17,24 @@ from typing import Any
 
 import numpy as np
 
-from ..algos import ACTORS, ALGORITHMS, check_fits
-from ..algos.mapping import check_policy_spaces, policies_of, resolve_mapping
+from ..algos import registry
+from ..algos.contract import GroupSpec
+from ..algos.mapping import check_policy_spaces, resolve_groups, resolve_mapping
 from ..comm.allreduce import make_averager
 from ..comm.placement import learner_device
 from ..comm.transport import LocalTransport
 from ..config.schema import JobConfig
 from ..core import Role, policy_key
 from ..envs import make_vector_env
+from ..errors import ConfigError, EnvError
+from ..items.spec import ItemSpec
+from ..items.writers import TransitionWriter, make_writer
 from ..metrics import MetricsSink
+from ..population import Population, server_for
 from ..replay.offline import load_share
 from ..roles.collector import Collector
 from ..roles.commander import Commander
-from ..roles.learner import Learner, PolicyTrainer
+from ..roles.learner import GroupTrainer, Learner
 from ..roles.param_server import ParameterServer
 from ..roles.replay_shard import ReplayShard
 from .topology import Topology
@@ -35,20 +42,44 @@ from .topology import Topology
 
 @dataclass
 class EnvSpec:
-    """What the roles need to know of the environment: agents, sizes, policy mapping."""
+    """What the roles need to know of the environment: agents, sizes, mapping and groups."""
 
     agents: list[str]
     obs_dims: dict[str, int]
     n_actions: dict[str, int]
     policy_of: dict[str, str]
+    state_dim: int = 0
+    groups: dict[str, list[str]] | None = None
+    """Training group -> its policies (None: one group per policy)."""
 
     @property
     def policies(self) -> list[str]:
         return sorted(set(self.policy_of.values()))
 
+    def training_groups(self) -> dict[str, list[str]]:
+        return self.groups or {p: [p] for p in self.policies}
+
     def policy_dims(self, policy: str) -> tuple[int, int]:
         agent = next(a for a in self.agents if self.policy_of[a] == policy)
         return self.obs_dims[agent], self.n_actions[agent]
+
+    def group_spec(self, group: str, strategy_spec_id: str) -> GroupSpec:
+        policies = self.training_groups()[group]
+        agents = tuple(a for a in self.agents if self.policy_of[a] in policies)
+        return GroupSpec(
+            name=group,
+            agents=agents,
+            policy_of={a: self.policy_of[a] for a in agents},
+            keys={p: policy_key(strategy_spec_id, p) for p in policies},
+            obs_dims={a: self.obs_dims[a] for a in agents},
+            n_actions={a: self.n_actions[a] for a in agents},
+            state_dim=self.state_dim,
+            agent_ids={a: self.agents.index(a) for a in agents},
+        )
+
+    def bindings(self, strategy_spec_id: str) -> dict[str, str]:
+        """agent -> the key of the policy it acts with."""
+        return {a: policy_key(strategy_spec_id, p) for a, p in self.policy_of.items()}
 
 
 def probe_env(cfg: JobConfig) -> EnvSpec:
@@ -56,7 +87,7 @@ def probe_env(cfg: JobConfig) -> EnvSpec:
     env = make_vector_env(cfg.env, 1, cfg.seed)
     policy_of = resolve_mapping(cfg.agents.mapping, env.agents)
     for agent in env.agents:
-        check_fits(cfg.learner.algo, env.action_space(agent))
+        registry.check_fits(cfg.learner.algo, env.action_space(agent))
     check_policy_spaces(
         policy_of,
         {a: env.observation_space(a) for a in env.agents},
@@ -67,14 +98,60 @@ def probe_env(cfg: JobConfig) -> EnvSpec:
         {a: env.obs_dim(a) for a in env.agents},
         {a: env.n_actions(a) for a in env.agents},
         policy_of,
+        env.state_dim,
     )
-    assert policies_of(policy_of) == spec.policies
+    spec.groups = resolve_groups(cfg.agents.groups, spec.policies) if cfg.agents.groups else None
     env.close()
+    registry.check_job(cfg, spec.training_groups())
+    check_items(cfg, spec)
     return spec
+
+
+def check_items(cfg: JobConfig, spec: EnvSpec) -> None:
+    """A joint item needs one observation width per group; an on-policy window must hold at
+    least one collect task, or collection could never start."""
+    decl = registry.decl_of(cfg.learner.algo)
+    if not decl.on_policy:
+        return
+    for group in spec.training_groups():
+        widths = {spec.obs_dims[a] for a in spec.group_spec(group, "s").agents}
+        if len(widths) > 1:
+            raise EnvError(
+                f"group {group!r} holds agents observing {sorted(widths)} values: its joint "
+                "items need one observation width",
+                "put agents with different observation spaces in different agents.groups",
+            )
+    ppo = cfg.learner.ppo
+    per_task = cfg.collector.fragments_per_task * cfg.env.num_envs
+    window = (ppo.max_policy_lag + 1) * ppo.batch_fragments
+    if per_task > window:
+        raise ConfigError(
+            f"a collect task yields {per_task} fragments (collector.fragments_per_task x "
+            f"env.num_envs), more than the {window} the lag window holds "
+            "((learner.ppo.max_policy_lag + 1) x learner.ppo.batch_fragments)",
+            f"raise learner.ppo.batch_fragments to at least {per_task}, or lower "
+            "collector.fragments_per_task",
+        )
 
 
 def role_seed(cfg: JobConfig, topology: Topology, name: str) -> int:
     return cfg.seed * 100_003 + list(topology.rank_of).index(name) * 1_009
+
+
+def item_specs(cfg: JobConfig, spec: EnvSpec) -> dict[str, ItemSpec]:
+    """Training group -> the items its algorithm trains on."""
+    sid = cfg.agents.strategy_spec_id
+    return {g: registry.item_spec(cfg, spec.group_spec(g, sid)) for g in spec.training_groups()}
+
+
+def build_population(cfg: JobConfig, spec: EnvSpec) -> Population:
+    """Every policy the job trains, with the PolicySpec its group's algorithm publishes."""
+    population = Population()
+    sid = cfg.agents.strategy_spec_id
+    for group in spec.training_groups():
+        for policy_spec in registry.policy_specs(cfg, spec.group_spec(group, sid)).values():
+            population.add(policy_spec, trainable=True, group=group)
+    return population
 
 
 def build_roles(
@@ -90,14 +167,12 @@ def build_roles(
     for name in topology.roles_on(transport.rank):
         kind = topology.kind_of[name]
         if kind == "commander":
-            roles.append(Commander(transport, cfg, topology, MetricsSink(run_dir)))
+            sink = MetricsSink(run_dir, agents=spec.agents)
+            population = build_population(cfg, spec)
+            bindings = spec.bindings(cfg.agents.strategy_spec_id)
+            roles.append(Commander(transport, cfg, topology, sink, population, bindings))
         elif kind == "param_server":
-            keys = [
-                policy_key(cfg.agents.strategy_spec_id, p)
-                for p, ps in topology.ps_of_policy.items()
-                if ps == name
-            ]
-            roles.append(ParameterServer(name, transport, keys))
+            roles.append(ParameterServer(name, transport))
         elif kind == "replay_shard":
             roles.append(build_replay_shard(cfg, spec, topology, transport, name))
         elif kind == "learner":
@@ -115,15 +190,17 @@ def build_replay_shard(
     dataset = None
     if cfg.offline.dataset:
         index = shards.index(name)
+        group_of = {p: g for g, policies in spec.training_groups().items() for p in policies}
 
         def dataset() -> Iterator[tuple[str, dict[str, np.ndarray]]]:
-            return load_share(cfg.offline.dataset, spec, index, len(shards))
+            for policy, batch in load_share(cfg.offline.dataset, spec, index, len(shards)):
+                yield group_of[policy], batch
 
     return ReplayShard(
         name,
         transport,
         cfg.replay,
-        spec.policies,
+        {g: items.replay for g, items in item_specs(cfg, spec).items()},
         [] if cfg.offline.dataset else topology.names("collector"),
         role_seed(cfg, topology, name),
         deterministic=cfg.commander.deterministic,
@@ -139,30 +216,37 @@ def build_learner(
     group_comm: Any,
     name: str,
 ) -> Learner:
-    """A learner on this node's GPU (round robin) or the CPU, with one averager per policy.
+    """A learner on this node's GPU (round robin) or the CPU, with one averager per group.
 
     The group root announces the averaging backend in one line; choosing it is collective over
     the group, which every member reaches here, at start-up.
     """
     device = learner_device()
+    servers = topology.names("param_server")
+    algo_class = registry.algorithm_class(cfg.learner.algo)
+    groups = list(spec.training_groups())
+    items = item_specs(cfg, spec)
     trainers = []
-    for policy in topology.policies_of_learner[name]:
-        obs_dim, n_actions = spec.policy_dims(policy)
-        # Same seed on every learner of the policy: the group starts from identical weights.
-        seed = cfg.seed * 7_919 + spec.policies.index(policy)
-        group = sorted(topology.learners_of_policy[policy], key=topology.rank_of.__getitem__)
-        comm = group_comm if len(group) > 1 else None
-        averager, line = make_averager(cfg.learner.allreduce, comm, policy)
-        if line and group[0] == name:
+    for group in topology.groups_of_learner[name]:
+        group_spec = spec.group_spec(group, cfg.agents.strategy_spec_id)
+        # Same seed on every learner of the group: the group starts from identical weights.
+        seed = cfg.seed * 7_919 + groups.index(group)
+        members = sorted(topology.learners_of_group[group], key=topology.rank_of.__getitem__)
+        comm = group_comm if len(members) > 1 else None
+        averager, line = make_averager(cfg.learner.allreduce, comm, f"group {group}")
+        if line and members[0] == name:
             print(line, flush=True)
+        specs = registry.policy_specs(cfg, group_spec)
         trainers.append(
-            PolicyTrainer(
-                policy,
-                policy_key(cfg.agents.strategy_spec_id, policy),
-                ALGORITHMS[cfg.learner.algo](obs_dim, n_actions, cfg.learner, seed, device),
+            GroupTrainer(
+                group,
+                algo_class(group_spec, cfg, seed, device),
+                items[group],
+                specs,
                 averager,
-                pushes_weights=group[0] == name,
-                members=group,
+                pushes_weights=members[0] == name,
+                servers={key: server_for(key, servers) for key in specs},
+                members=members,
             )
         )
     return Learner(
@@ -171,17 +255,17 @@ def build_learner(
         cfg.learner,
         trainers,
         learner_shards(cfg, topology, name),
-        topology.ps_of_policy,
-        cfg.replay.prioritized,
         sequential=cfg.commander.deterministic,
     )
 
 
 def learner_shards(cfg: JobConfig, topology: Topology, name: str) -> list[str]:
-    """Every shard; in deterministic mode only the learner's own, so that no two learners'
-    requests and priority updates interleave at one shard in an order timing decides."""
+    """Every shard; in deterministic mode, off-policy, only the learner's own, so that no two
+    learners' requests and priority updates interleave at one shard in an order timing
+    decides (on-policy learners take what the commander assigns them, from any shard)."""
     shards = topology.names("replay_shard")
-    if not cfg.commander.deterministic:
+    on_policy = registry.decl_of(cfg.learner.algo).on_policy
+    if not cfg.commander.deterministic or on_policy:
         return shards
     return [shards[topology.names("learner").index(name) % len(shards)]]
 
@@ -190,10 +274,14 @@ def build_collector(
     cfg: JobConfig, spec: EnvSpec, topology: Topology, transport: LocalTransport, name: str
 ) -> Collector:
     seed = role_seed(cfg, topology, name)
-    env = make_vector_env(cfg.env, cfg.env.num_envs, seed)
-    actor = ACTORS[cfg.learner.algo]
-    actors = {p: actor(*spec.policy_dims(p), cfg.learner.hidden_sizes) for p in spec.policies}
-    keys = {p: policy_key(cfg.agents.strategy_spec_id, p) for p in spec.policies}
+    items = item_specs(cfg, spec)
+    with_state = any("state" in i.names for i in items.values())
+    env = make_vector_env(cfg.env, cfg.env.num_envs, seed, with_state)
+    length, agent_ids = cfg.collector.fragment_length, {a: i for i, a in enumerate(spec.agents)}
+    writers = {}
+    for group, item in items.items():
+        agents = list(spec.group_spec(group, cfg.agents.strategy_spec_id).agents)
+        writers[group] = make_writer(item, agents, agent_ids, env.num_envs, length)
 
     evaluations = itertools.count()
     restarts = itertools.count(7_919, 7_919)
@@ -204,23 +292,44 @@ def build_collector(
             eval_seed = seed + 500_009 + 1_000 * next(evaluations)
         return make_vector_env(cfg.env, episodes, eval_seed)
 
+    replay_log = replay_log_for(cfg, spec, name)
+    log_writers = None
+    if replay_log is not None and any(w.spec.kind != "transition" for w in writers.values()):
+        log_writers = transition_log_writers(cfg, spec, env.num_envs)
     return Collector(
         name,
         transport,
         env,
-        actors,
-        spec.policy_of,
-        keys,
-        topology.ps_of_policy,
+        writers,
         topology.names("replay_shard"),
-        cfg.collector.fragment_length,
+        topology.names("param_server"),
         cfg.collector.weight_sync_fragments,
         seed,
         make_eval_env,
-        remake_env=lambda: make_vector_env(cfg.env, cfg.env.num_envs, seed + next(restarts)),
+        remake_env=lambda: make_vector_env(
+            cfg.env, cfg.env.num_envs, seed + next(restarts), with_state
+        ),
         deterministic=cfg.commander.deterministic,
-        replay_log=replay_log_for(cfg, spec, name),
+        replay_log=replay_log,
+        log_writers=log_writers,
     )
+
+
+def transition_log_writers(
+    cfg: JobConfig, spec: EnvSpec, num_envs: int
+) -> dict[str, TransitionWriter]:
+    """One transition writer per agent, for the replay log of a job whose items are not
+    transitions: logs always hold per-agent transition rows (docs/replay-format.md)."""
+    from ..algos.dqn import transition_item
+
+    writers = {}
+    agent_ids = {a: i for i, a in enumerate(spec.agents)}
+    for agent in spec.agents:
+        solo = EnvSpec([agent], spec.obs_dims, spec.n_actions, {agent: agent}, spec.state_dim)
+        item = transition_item(solo.group_spec(agent, "log"), cfg)
+        length = cfg.collector.fragment_length
+        writers[agent] = TransitionWriter(item, [agent], agent_ids, num_envs, length)
+    return writers
 
 
 def replay_log_for(cfg: JobConfig, spec: EnvSpec, name: str) -> Any:

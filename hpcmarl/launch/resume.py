@@ -15,7 +15,7 @@ from typing import Any
 from ..config.schema import JobConfig
 from ..core import Role
 from ..errors import UserError
-from ..replay.redistribute import deal_limiters, deal_tables
+from ..replay.redistribute import deal_limiters, deal_queues, deal_tables
 from ..roles.coordinator import RESUMABLE_CHANGES, config_digest
 from ..roles.state_tree import flatten, nest
 from ..storage.checkpoint import Checkpoint, checkpoint_path, has_checkpoints, latest_checkpoint
@@ -78,11 +78,16 @@ def redeal_replay(checkpoint: Checkpoint, shards: list[str], capacity: int) -> d
         name: {"tables": {}, "limiters": {}, "pending_inserts": {}, "samples_served": 0}
         for name in shards
     }
-    for policy in trees[0]["tables"]:
-        tables = deal_tables([flatten(t["tables"][policy]) for t in trees], len(shards), capacity)
-        limiters = deal_limiters([t["limiters"][policy] for t in trees], len(shards))
+    for group in trees[0]["tables"]:
+        states = [flatten(t["tables"][group]) for t in trees]
+        if "queue_counters" in states[0]:  # an on-policy queue: item i to shard i mod S
+            for name, queue in zip(shards, deal_queues(states, len(shards)), strict=True):
+                out[name]["tables"][group] = nest(queue)
+            continue
+        tables = deal_tables(states, len(shards), capacity)
+        limiters = deal_limiters([t["limiters"][group] for t in trees], len(shards))
         for name, table, limiter in zip(shards, tables, limiters, strict=True):
-            out[name]["tables"][policy], out[name]["limiters"][policy] = nest(table), limiter
+            out[name]["tables"][group], out[name]["limiters"][group] = nest(table), limiter
     for i, tree in enumerate(trees):
         pending = out[shards[i % len(shards)]]["pending_inserts"]
         for entry in tree["pending_inserts"].values():

@@ -82,7 +82,7 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], world_size: int) -
     try:
         cfg = load_job(job_path, overrides)
         spec = probe_env(cfg)
-        build_topology(world_size, cfg.topology, spec.policies)
+        build_topology(world_size, cfg.topology, spec.training_groups())
         if cfg.offline.dataset:  # what the saved job names must not depend on the cwd
             cfg.offline.dataset = os.path.abspath(cfg.offline.dataset)
         run_dir = choose_run_dir(cfg)
@@ -109,7 +109,7 @@ def choose_run_dir(cfg: JobConfig) -> str:
 def expand_plan(payload: tuple, world_size: int) -> Plan:
     cfg_dict, spec, run_dir, resume_id = payload
     cfg = job_from_dict(cfg_dict)
-    topology = build_topology(world_size, cfg.topology, spec.policies)
+    topology = build_topology(world_size, cfg.topology, spec.training_groups())
     return Plan(cfg, spec, topology, run_dir, resume_id)
 
 

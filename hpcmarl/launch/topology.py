@@ -2,8 +2,10 @@
 
 Rank 0 hosts the commander. A world at least as large as the role count gets one role per
 rank; a smaller one co-locates roles on the least loaded ranks (learners first, each on its
-own rank, because data-parallel learners of a policy must sit on distinct ranks to allreduce).
-One process hosts everything; the same role classes run either way.
+own rank, because data-parallel learners of a group must sit on distinct ranks to allreduce).
+One process hosts everything; the same role classes run either way. Learners are placed per
+training group; policy keys are not placed at all: a key's parameter server is a function of
+the key (`population.server_for`), so keys can be added while the job runs.
 """
 
 from __future__ import annotations
@@ -37,10 +39,10 @@ class Topology:
     world_size: int
     rank_of: dict[str, int]
     kind_of: dict[str, str]
-    policies: list[str]
-    ps_of_policy: dict[str, str]
-    policies_of_learner: dict[str, list[str]]
-    learners_of_policy: dict[str, list[str]]
+    groups: dict[str, list[str]]
+    """Training group -> the policies it trains."""
+    groups_of_learner: dict[str, list[str]]
+    learners_of_group: dict[str, list[str]]
     notes: list[str] = field(default_factory=list)
 
     def names(self, kind: str) -> list[str]:
@@ -51,7 +53,7 @@ class Topology:
 
     def group_color(self, rank: int) -> int | None:
         """Index of the multi-learner group hosted on `rank`, for the learner sub-communicator."""
-        groups = [tuple(v) for v in self.learners_of_policy.values() if len(v) > 1]
+        groups = [tuple(v) for v in self.learners_of_group.values() if len(v) > 1]
         for color, group in enumerate(sorted(set(groups))):
             if any(self.rank_of[name] == rank for name in group):
                 return color
@@ -61,15 +63,14 @@ class Topology:
         lines = [f"hpcmarl: topology for {self.world_size} rank(s)"]
         for rank in range(self.world_size):
             lines.append(f"  rank {rank:>3}: {', '.join(self.roles_on(rank)) or '(idle)'}")
-        for policy in self.policies:
-            learners = ", ".join(self.learners_of_policy[policy])
-            lines.append(
-                f"  policy {policy}: weights on {self.ps_of_policy[policy]}, trained by {learners}"
-            )
+        for group, policies in self.groups.items():
+            learners = ", ".join(self.learners_of_group[group])
+            lines.append(f"  group {group} (policies {', '.join(policies)}): trained by {learners}")
         lines.append(
-            "  routes: collectors -> every replay shard (batches, round robin), "
+            "  routes: collectors -> every replay shard (batches, a round robin per group), "
             "learners <- every replay shard (samples), learners -> param servers, "
-            "collectors <- param servers, every role -> commander"
+            "collectors <- param servers (a key's server is a hash of the key), "
+            "every role -> commander"
         )
         lines.append("  messages:\n" + format_table())
         lines += [f"  note: {note}" for note in self.notes]
@@ -86,8 +87,9 @@ def role_counts(cfg: TopologyConfig) -> dict[str, int]:
     }
 
 
-def build_topology(world_size: int, cfg: TopologyConfig, policies: list[str]) -> Topology:
-    """Place the roles of a job on `world_size` ranks; refuse what cannot be placed."""
+def build_topology(world_size: int, cfg: TopologyConfig, groups: dict[str, list[str]]) -> Topology:
+    """Place the roles of a job (training groups -> their policies) on `world_size` ranks;
+    refuse what cannot be placed."""
     counts = role_counts(cfg)
     needed = sum(counts.values())
     notes: list[str] = []
@@ -113,12 +115,8 @@ def build_topology(world_size: int, cfg: TopologyConfig, policies: list[str]) ->
     else:
         rank_of, kind_of = _colocate(counts, world_size)
     learners = [n for n, k in kind_of.items() if k == "learner"]
-    servers = [n for n, k in kind_of.items() if k == "param_server"]
-    ps_of_policy = {p: servers[i % len(servers)] for i, p in enumerate(policies)}
-    by_learner, by_policy = _assign_learners(learners, policies)
-    return Topology(
-        world_size, rank_of, kind_of, policies, ps_of_policy, by_learner, by_policy, notes
-    )
+    by_learner, by_group = _assign_learners(learners, list(groups))
+    return Topology(world_size, rank_of, kind_of, dict(groups), by_learner, by_group, notes)
 
 
 def _describe(counts: dict[str, int]) -> str:
@@ -155,20 +153,20 @@ def _colocate(counts: dict[str, int], world_size: int) -> tuple[dict[str, int], 
 
 
 def _assign_learners(
-    learners: list[str], policies: list[str]
+    learners: list[str], groups: list[str]
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """Learners >= policies: each policy gets a data-parallel group; else learners share out
-    the policies."""
+    """Learners >= groups: each group gets data-parallel learners; else learners share out
+    the groups."""
     by_learner: dict[str, list[str]] = {name: [] for name in learners}
-    by_policy: dict[str, list[str]] = {p: [] for p in policies}
-    if len(learners) >= len(policies):
+    by_group: dict[str, list[str]] = {g: [] for g in groups}
+    if len(learners) >= len(groups):
         for j, name in enumerate(learners):
-            policy = policies[j % len(policies)]
-            by_learner[name].append(policy)
-            by_policy[policy].append(name)
+            group = groups[j % len(groups)]
+            by_learner[name].append(group)
+            by_group[group].append(name)
     else:
-        for i, policy in enumerate(policies):
+        for i, group in enumerate(groups):
             name = learners[i % len(learners)]
-            by_learner[name].append(policy)
-            by_policy[policy].append(name)
-    return by_learner, by_policy
+            by_learner[name].append(group)
+            by_group[group].append(name)
+    return by_learner, by_group

@@ -1,16 +1,30 @@
-"""The columns of a batch (DESIGN.md §3): what collectors build, shards hold and files store."""
+"""The columns of a transition batch (DESIGN.md §3): what collectors build, shards hold and
+files store, declared once with their types."""
 
 from __future__ import annotations
 
-TRANSITION_COLUMNS = (
-    "observations",
-    "actions",
-    "rewards",
-    "next_observations",
-    "terminations",
-    "truncations",
-)
+from hpcmarl.items.spec import Column
+
+
+def transition_columns(obs_dim: int) -> tuple[Column, ...]:
+    """One agent's step: what DQN and BC learn from, and what replay logs hold."""
+    return (
+        Column("observations", "<f4", (obs_dim,)),
+        Column("actions", "<i8"),
+        Column("rewards", "<f4"),
+        Column("next_observations", "<f4", (obs_dim,)),
+        Column("terminations", "|b1"),
+        Column("truncations", "|b1"),
+        Column("agent_id", "<i2"),
+        Column("episode_id", "<i8", per="group"),
+        Column("step", "<i4", per="group"),
+        Column("policy_version", "<i8"),
+    )
+
+
+BATCH_COLUMNS = tuple(c.name for c in transition_columns(1))
+"""Every column of a transition row."""
+TRANSITION_COLUMNS = BATCH_COLUMNS[:6]
 """One step of one agent: what a learner trains on."""
-BOOKKEEPING_COLUMNS = ("agent_id", "episode_id", "step", "policy_version")
+BOOKKEEPING_COLUMNS = BATCH_COLUMNS[6:]
 """Where the step came from: the agent, its episode, the step in it, the weights that acted."""
-BATCH_COLUMNS = TRANSITION_COLUMNS + BOOKKEEPING_COLUMNS

@@ -218,11 +218,6 @@ def plan_offline(cfg: JobConfig, spec: EnvSpec, fresh: bool) -> str | None:
     """Check an offline job on rank 0 (the dataset only when the run starts afresh: a resume
     refills the shards from its checkpoint) and say what it will train on."""
     if not cfg.offline.dataset:
-        if cfg.learner.algo == "bc":
-            raise ConfigError(
-                "learner.algo = bc imitates a dataset, and the job has no offline.dataset",
-                "set offline.dataset=RUN_DIR_OR_FILE, or use learner.algo=dqn",
-            )
         return None
     if not fresh:
         return f"hpcmarl: offline: {cfg.learner.algo} on {cfg.offline.dataset} (as checkpointed)"

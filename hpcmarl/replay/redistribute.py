@@ -65,3 +65,25 @@ def deal_limiters(states: list[dict[str, Any]], n_out: int) -> list[dict[str, in
     inserts = sum(int(s["inserts"]) for s in states)
     samples = sum(int(s["samples"]) for s in states)
     return [{"inserts": inserts // n_out, "samples": samples // n_out} for _ in range(n_out)]
+
+
+def deal_queues(states: list[dict[str, Any]], n_out: int) -> list[dict[str, Any]]:
+    """On-policy queue states of the saved shards, items in shard order, dealt item i to new
+    shard i mod `n_out`; each new queue numbers its items from 0, as the commander's books
+    renumber them (`schedules.ledger`). Counters of drops and takes stay with the first shard,
+    so their sums are unchanged."""
+    columns = sorted({k for s in states for k in s if k.startswith(COLUMN)})
+    merged = {k: np.concatenate([s[k] for s in states if k in s]) for k in columns}
+    total = len(next(iter(merged.values()))) if merged else 0
+    summed = np.sum([s["queue_counters"] for s in states], axis=0).astype(np.int64)
+    out = []
+    for j in range(n_out):
+        mine = np.arange(j, total, n_out)
+        state: dict[str, Any] = {k: v[mine] for k, v in merged.items()} if len(mine) else {}
+        if len(mine):
+            state["insert_ids"] = np.arange(len(mine), dtype=np.int64)
+        counters = summed.copy() if j == 0 else np.zeros_like(summed)
+        counters[0] = len(mine)  # total_inserted: the next id
+        state["queue_counters"] = counters
+        out.append(state)
+    return out

@@ -20,6 +20,7 @@ import numpy as np
 
 from hpcmarl.replay.schema import ColumnSchema
 from hpcmarl.replay.sum_tree import SumTree
+from hpcmarl.rng import rng_from_words, rng_to_words
 
 _COLUMN_PREFIX = "column/"
 
@@ -159,7 +160,7 @@ class ReplayTable:
             state["priorities"] = self._tree.get(order)
             state["max_priority"] = np.array(self._max_priority, dtype=np.float64)
         state["counters"] = np.array([self.total_inserted, self.evicted], dtype=np.int64)
-        state["rng"] = _rng_to_array(self._rng)
+        state["rng"] = rng_to_words(self._rng)
         return state
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
@@ -182,7 +183,7 @@ class ReplayTable:
         if self._tree is not None:
             self._tree.update(ids % self.capacity, state["priorities"])
             self._max_priority = float(state["max_priority"])
-        self._rng.bit_generator.state = _rng_from_array(state["rng"])
+        self._rng.bit_generator.state = rng_from_words(state["rng"])
 
     def _slot_ids(self, slots: np.ndarray) -> np.ndarray:
         """Insert ids of the items held in `slots`: the newest id congruent to each slot."""
@@ -248,18 +249,3 @@ def _check_state(
         raise ValueError(f"state columns hold {rows} rows but it lists {n} insert ids")
     if table.prioritized and ("priorities" not in state or np.shape(state["priorities"]) != (n,)):
         raise ValueError(f"a prioritized table needs {n} priorities in the state")
-
-
-def _rng_to_array(rng: np.random.Generator) -> np.ndarray:
-    """PCG64's state as uint64 words, its 128-bit integers split in halves: no pickle needed."""
-    state = rng.bit_generator.state
-    s, inc = state["state"]["state"], state["state"]["inc"]
-    words = [s >> 64, s, inc >> 64, inc, state["has_uint32"], state["uinteger"]]
-    return np.array([w & 0xFFFF_FFFF_FFFF_FFFF for w in words], dtype=np.uint64)
-
-
-def _rng_from_array(words: np.ndarray) -> dict:
-    """The inverse of `_rng_to_array`, as a state dict for `bit_generator.state`."""
-    s_hi, s_lo, inc_hi, inc_lo, has_uint32, uinteger = (int(w) for w in words)
-    pcg = {"state": (s_hi << 64) | s_lo, "inc": (inc_hi << 64) | inc_lo}
-    return {"bit_generator": "PCG64", "state": pcg, "has_uint32": has_uint32, "uinteger": uinteger}

@@ -1,29 +1,43 @@
-"""Acting for many agents at once: one batched forward pass per policy, not per agent."""
+"""Acting for many agents at once: one batched forward pass per policy key, not per agent."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..algos.dqn import QActor
+from ..algos.contract import Actor
 
 
 def act_all(
-    actors: dict[str, QActor],
-    policy_of: dict[str, str],
+    actors: dict[str, Actor],
+    bindings: dict[str, str],
     obs: dict[str, np.ndarray],
-    epsilon: float,
     rng: np.random.Generator,
-) -> dict[str, np.ndarray]:
-    """Actions of every agent, one batched forward pass per policy."""
-    by_policy: dict[str, list[str]] = {}
-    for agent in obs:
-        by_policy.setdefault(policy_of[agent], []).append(agent)
-    actions = {}
-    for policy, agents in by_policy.items():
+    env_steps: int,
+    greedy: bool,
+) -> tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
+    """Actions of every agent and what each actor recorded beside them (e.g. `log_probs`),
+    with one forward pass per key over the agents bound to it. An agent's index (for actors
+    that take it) is its place among the agents bound to its key, in environment order."""
+    by_key: dict[str, list[str]] = {}
+    for agent in bindings:
+        by_key.setdefault(bindings[agent], []).append(agent)
+    actions: dict[str, np.ndarray] = {}
+    extras: dict[str, dict[str, np.ndarray]] = {}
+    for key, agents in by_key.items():
+        actor = actors[key]
+        rows = len(obs[agents[0]])
+        index = np.repeat(np.arange(len(agents)), rows)
         if len(agents) == 1:
-            actions[agents[0]] = actors[policy].act(obs[agents[0]], epsilon, rng)
+            result = actor.act(
+                obs[agents[0]], rng, env_steps=env_steps, greedy=greedy, agent_index=index
+            )
+            actions[agents[0]], extras[agents[0]] = result.actions, result.extras
             continue
-        joined = actors[policy].act(np.concatenate([obs[a] for a in agents]), epsilon, rng)
-        for agent, part in zip(agents, np.split(joined, len(agents)), strict=True):
-            actions[agent] = part
-    return actions
+        joined = np.concatenate([obs[a] for a in agents])
+        result = actor.act(joined, rng, env_steps=env_steps, greedy=greedy, agent_index=index)
+        parts = np.split(result.actions, len(agents))
+        split_extras = {k: np.split(v, len(agents)) for k, v in result.extras.items()}
+        for i, agent in enumerate(agents):
+            actions[agent] = parts[i]
+            extras[agent] = {k: v[i] for k, v in split_extras.items()}
+    return actions, extras

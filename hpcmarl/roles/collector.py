@@ -1,10 +1,15 @@
-"""A collector: steps environments with the latest weights and ships fragments to replay.
+"""A collector: steps environments with the latest weights and ships items to replay.
 
-It works in tasks from the commander: collect `fragments` fragments with the task's epsilon, or
-evaluate greedily for `episodes` episodes. Fragments go round robin to the replay shards that
-have granted credit; without credit the collector stops stepping, which is how a full pipeline
-slows it down. Weights are pulled from the parameter servers with at most one pull in flight
-per policy, and only weights newer than those held come back.
+It works in tasks from the commander: collect `fragments` fragments, or evaluate greedily for
+`episodes` episodes. A task binds every agent to a policy key; the collector acts through an
+actor per key, built from the PolicySpec that came with the key's first weights reply, and
+explores as that actor's algorithm says (the task carries the job's env-step count for
+schedules that decay with it). Each training group's writer cuts the steps into its items;
+every full fragment becomes one batch per group, dealt to the replay shards with credit in a
+round robin of its own per group, so every group's data spreads over every shard. Without
+credit the collector stops stepping, which is how a full pipeline slows it down. Weights are
+pulled with at most one pull in flight per key, and only weights newer than those held come
+back; a task that names versions waits for them before its first step.
 """
 
 from __future__ import annotations
@@ -15,13 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from ..algos.dqn import QActor
+from ..algos.actors import build_actor
+from ..algos.contract import Actor, PolicySpec
 from ..comm.protocol import Message
 from ..comm.transport import LocalTransport
 from ..core import Batch, Role
+from ..items.writers import StepRecord, TransitionWriter
+from ..population import server_for
 from .acting import act_all
 from .evaluation import Evaluation
-from .fragment import FragmentBuilder
 from .state_tree import restore_rng, rng_state
 
 MAX_ENV_FAILURES = 3
@@ -37,40 +44,38 @@ class Collector(Role):
         name: str,
         transport: LocalTransport,
         env: Any,
-        actors: dict[str, QActor],
-        policy_of: dict[str, str],
-        keys: dict[str, str],
-        ps_of_policy: dict[str, str],
+        writers: dict[str, Any],
         shards: list[str],
-        fragment_length: int,
+        servers: list[str],
         sync_every: int,
         seed: int,
         make_eval_env: Callable[[int, int | None], Any],
         remake_env: Callable[[], Any] | None = None,
         deterministic: bool = False,
         replay_log: Any = None,
+        log_writers: dict[str, TransitionWriter] | None = None,
     ) -> None:
         super().__init__(name, transport)
-        self.env, self.actors, self.policy_of = env, actors, policy_of
-        self.keys, self.ps_of_policy, self.shards = keys, ps_of_policy, shards
+        self.env, self.writers, self.shards, self.servers = env, writers, shards, servers
         self.sync_every, self.make_eval_env = sync_every, make_eval_env
         self.remake_env = remake_env
         self.deterministic = deterministic
-        self.replay_log = replay_log
+        self.replay_log, self.log_writers = replay_log, log_writers or {}
         self.env_failures = 0
         self.unacked = 0
-        self.shipped = 0
         self.rng = np.random.default_rng(seed)
-        obs_dims = {a: env.obs_dim(a) for a in env.agents}
-        self.fragment = FragmentBuilder(
-            env.agents, policy_of, obs_dims, fragment_length, env.num_envs
-        )
-        self.versions = {policy: 0 for policy in actors}
+        self.actors: dict[str, Actor] = {}
+        self.versions: dict[str, int] = {}
         self.pulling: set[str] = set()
+        self.bindings: dict[str, str] = {}
         self.credits = {shard: 0 for shard in shards}
-        self.next_shard = 0
+        self.on_policy = any(w.spec.replay.on_policy for w in writers.values())
+        self.dealt = {group: 0 for group in writers}
+        """Batches of each group sent so far: where its round robin over the shards stands."""
         self.outbox: deque[tuple[str, Batch]] = deque()
         self.task: dict | None = None
+        self.task_items: dict[str, dict[str, list[list[int]]]] = {}
+        """On-policy: group -> shard -> [first insert id, count] of this task's batches."""
         self.evaluation: Evaluation | None = None
         self.episodes = EpisodeTracker(env.num_envs, index=int(name.removeprefix("collector")))
         self.obs = env.reset()
@@ -86,43 +91,54 @@ class Collector(Role):
             return self.ship_fragments()
         if self.fragments_sent >= self.task["fragments"]:
             return self.finish_task()
-        if self.deterministic and self.pulling:
-            return False  # the task's weights first
-        self.step_env(self.task["epsilon"])
+        if not self.weights_ready():
+            return False
+        self.step_env()
         return True
 
     def handle_task(self, msg: Message) -> None:
         self.task, self.asked, self.fragments_sent = msg.meta, False, 0
+        self.bindings = dict(msg.meta["bindings"])
+        self.task_items = {group: {} for group in self.writers}
         self.episodes.start_task()
         if self.task["kind"] == "eval":
-            self.pull_weights()
+            self.pull_weights(self.task.get("versions"))
             env = self.make_eval_env(self.task["episodes"], self.task.get("seed"))
-            self.evaluation = Evaluation(env, self.actors, self.policy_of)
+            self.evaluation = Evaluation(env, self.actors, self.bindings)
         elif self.deterministic:
-            self.start_seeded_episodes(self.task["seed"], self.task["versions"])
+            self.start_seeded_episodes(self.task["seed"], self.task.get("versions", {}))
+        else:
+            self.pull_weights(self.task.get("versions"))
 
     def start_seeded_episodes(self, seed: int, versions: dict[str, int]) -> None:
         """Deterministic mode: every task starts fresh episodes from seeds the schedule fixes,
-        with the newest weights, so no environment state needs saving between tasks."""
+        with the versions it names, so no environment state needs saving between tasks."""
         self.obs = self.env.reset(seed=seed)
         self.episodes.restart()
-        self.fragment.reset()
+        self.reset_writers()
         self.pull_weights(versions)
 
     def handle_credit(self, msg: Message) -> None:
+        """A credit back; for an on-policy queue, also the insert ids its batch got, which the
+        task's report hands on to the commander."""
         self.credits[msg.src] += msg.meta["n"]
         self.unacked -= msg.meta.get("inserted", 0)
+        if "first" in msg.meta:
+            ranges = self.task_items.setdefault(msg.meta["group"], {}).setdefault(msg.src, [])
+            ranges.append([msg.meta["first"], msg.meta["items"]])
 
     def handle_weights(self, msg: Message) -> None:
         assert msg.arrays is not None
-        policy = self.policy_of_key(msg.meta["key"])
-        self.actors[policy].set_weights(msg.arrays["weights"])
+        key = msg.meta["key"]
+        if key not in self.actors:
+            self.actors[key] = build_actor(PolicySpec.from_json(msg.meta["spec"]))
+        self.actors[key].set_weights(msg.arrays["weights"])
         self.transport.recycle(msg.arrays)
-        self.versions[policy] = msg.meta["version"]
-        self.pulling.discard(policy)
+        self.versions[key] = msg.meta["version"]
+        self.pulling.discard(key)
 
     def handle_not_newer(self, msg: Message) -> None:
-        self.pulling.discard(self.policy_of_key(msg.meta["key"]))
+        self.pulling.discard(msg.meta["key"])
 
     def counters(self) -> dict:
         return {"role": self.name, "env_steps": self.env_steps}
@@ -137,57 +153,81 @@ class Collector(Role):
         collector starts fresh episodes (with new ids) and pulls weights first."""
         e = self.episodes
         episodes = {"ids": e.ids, "count": e.count, "env_steps": self.env_steps}
-        return {**super().state(), "rng": rng_state(self.rng), "episodes": episodes}
+        tree = {**super().state(), "rng": rng_state(self.rng), "episodes": episodes}
+        return tree | {"dealt": dict(self.dealt)}
 
     def load_state(self, tree: dict) -> None:
         restore_rng(self.rng, tree["rng"])
         self.episodes.count = int(tree["episodes"]["count"])
         self.episodes.ids = np.array(tree["episodes"]["ids"], np.int64)
         self.env_steps = int(tree["episodes"]["env_steps"])
+        self.dealt.update({group: int(n) for group, n in tree["dealt"].items()})
         if not self.deterministic:  # its episodes were cut; deterministic tasks start fresh ones
             self.episodes.restart()
 
-    def policy_of_key(self, key: str) -> str:
-        return key.split("/", 1)[1]
+    # -- stepping -----------------------------------------------------------------------------
+    def weights_ready(self) -> bool:
+        """Every bound key has an actor, and the versions the task names have arrived; a key
+        still short of its version when no pull is in flight (an earlier pull came back with an
+        older one) is pulled again."""
+        wanted = (self.task or {}).get("versions") or {}
+        short = {k: v for k, v in wanted.items() if self.versions.get(k, 0) < v}
+        if any(k not in self.pulling for k in short):
+            self.pull_weights(short)
+        keys = set(self.bindings.values())
+        return not short and all(key in self.actors for key in keys)
 
-    def step_env(self, epsilon: float) -> None:
+    def step_env(self) -> None:
         """One step of every env copy; a full fragment moves to the outbox."""
-        actions = act_all(self.actors, self.policy_of, self.obs, epsilon, self.rng)
+        assert self.task is not None
+        state = self.env.states
+        actions, extras = act_all(
+            self.actors, self.bindings, self.obs, self.rng, self.task["env_steps"], greedy=False
+        )
         try:
             step = self.env.step(actions)
         except Exception as err:  # noqa: BLE001 - an environment may fail; the task is lost
             self.abandon_task(err)
             return
-        for agent in self.env.agents:
-            policy = self.policy_of[agent]
-            self.fragment.add(
-                agent,
-                {
-                    "observations": self.obs[agent],
-                    "actions": actions[agent],
-                    "rewards": step.rewards[agent],
-                    "next_observations": step.next_observations[agent],
-                    "terminations": step.terminations[agent],
-                    "truncations": step.truncations[agent],
-                    "episode_id": self.episodes.ids,
-                    "step": self.episodes.lengths,
-                    "policy_version": self.versions[policy],
-                },
-            )
+        record = StepRecord(
+            observations=self.obs,
+            actions=actions,
+            step=step,
+            episode_id=self.episodes.ids,
+            step_index=self.episodes.lengths,
+            versions={a: self.versions[k] for a, k in self.bindings.items()},
+            state=state,
+            extras=extras,
+        )
+        for writer in [*self.writers.values(), *self.log_writers.values()]:
+            writer.add(record)
         self.episodes.record(step)
         self.obs = step.observations
         self.env_steps += self.env.num_envs
-        if self.fragment.advance():
-            self.env_failures = 0
-            batches = self.fragment.batches()
-            if self.replay_log is not None:
-                for policy, batch in batches.items():
-                    self.replay_log.append(policy, batch)
-            self.outbox.extend(batches.items())
-            self.fragment.reset()
-            self.fragments_sent += 1
-            if self.fragments_sent % self.sync_every == 0:
-                self.pull_weights()
+        if self.advance_writers():
+            self.end_fragment()
+
+    def advance_writers(self) -> bool:
+        full = [w.advance() for w in [*self.writers.values(), *self.log_writers.values()]]
+        return all(full)
+
+    def end_fragment(self) -> None:
+        self.env_failures = 0
+        batches = {group: writer.batch() for group, writer in self.writers.items()}
+        if self.replay_log is not None:
+            logged = [w.batch() for w in self.log_writers.values()] or list(batches.values())
+            for batch in logged:
+                self.replay_log.append(batch)
+            self.replay_log.end_fragment()
+        self.outbox.extend(batches.items())
+        self.reset_writers()
+        self.fragments_sent += 1
+        if self.fragments_sent % self.sync_every == 0:
+            self.pull_weights()
+
+    def reset_writers(self) -> None:
+        for writer in [*self.writers.values(), *self.log_writers.values()]:
+            writer.reset()
 
     def abandon_task(self, err: Exception) -> None:
         """notify_fail: report the lost task, start a fresh environment, ask for new work.
@@ -200,55 +240,66 @@ class Collector(Role):
             raise RuntimeError(f"environment failed {self.env_failures} time(s): {err!r}") from err
         assert self.task is not None
         cause = f"{type(err).__name__}: {err}"
-        meta = {"task_id": self.task["task_id"], "cause": cause, "sent_bulk": self.sent_bulk}
+        meta = {
+            "task_id": self.task["task_id"],
+            "cause": cause,
+            "sent_bulk": self.sent_bulk,
+            "items": self.task_items,
+        }
         self.send("task_failed", "commander", meta)
         self.env = self.remake_env()
         self.obs = self.env.reset()
-        self.fragment.reset()
+        self.reset_writers()
         self.episodes.restart()
         self.task = None
 
     def ship_fragments(self) -> bool:
-        """Send waiting batches to shards with credit, in round robin; False when none has."""
+        """Send waiting batches to shards with credit, each group in its own round robin;
+        False when none has credit."""
         shipped = False
         while self.outbox:
-            shard = self.shard_with_credit()
+            group, batch = self.outbox[0]
+            shard = self.shard_with_credit(group)
             if shard is None:
                 break
-            policy, batch = self.outbox.popleft()
+            self.outbox.popleft()
             self.credits[shard] -= 1
-            self.send("batch", shard, {"policy": policy}, batch)
-            self.unacked, self.shipped, shipped = self.unacked + 1, self.shipped + 1, True
+            items = len(batch["actions"])
+            self.send("batch", shard, {"group": group, "items": items}, batch)
+            self.unacked, shipped = self.unacked + 1, True
         return shipped
 
-    def shard_with_credit(self) -> str | None:
-        if self.deterministic:  # a fixed rotation, waiting for that shard's credit
-            shard = self.shards[self.shipped % len(self.shards)]
-            return shard if self.credits[shard] > 0 else None
-        for offset in range(len(self.shards)):
-            shard = self.shards[(self.next_shard + offset) % len(self.shards)]
+    def shard_with_credit(self, group: str) -> str | None:
+        """The group's next shard in its rotation; deterministic mode waits for that shard's
+        credit, otherwise the next shard in the rotation that has credit."""
+        n = len(self.shards)
+        start = self.dealt[group] % n
+        offsets = [0] if self.deterministic else range(n)
+        for offset in offsets:
+            shard = self.shards[(start + offset) % n]
             if self.credits[shard] > 0:
-                self.next_shard = (self.next_shard + offset + 1) % len(self.shards)
+                self.dealt[group] = start + offset + 1
                 return shard
         return None
 
     def pull_weights(self, min_versions: dict[str, int] | None = None) -> None:
-        """Ask for newer weights; `min_versions` (deterministic mode) names the versions the
-        parameter server must have before it answers."""
-        for policy, key in self.keys.items():
-            if policy not in self.pulling:
-                self.pulling.add(policy)
+        """Ask for newer weights of every bound key (or of the keys of `min_versions`, which
+        names the versions the parameter server must have before it answers)."""
+        keys = set(min_versions) if min_versions else set(self.bindings.values())
+        for key in sorted(keys):
+            if key not in self.pulling:
+                self.pulling.add(key)
                 meta = {
                     "key": key,
-                    "have_version": self.versions[policy],
-                    "min_version": (min_versions or {}).get(policy, 0),
+                    "have_version": self.versions.get(key, 0),
+                    "min_version": (min_versions or {}).get(key, 0),
                 }
-                self.send("weights_pull", self.ps_of_policy[policy], meta)
+                self.send("weights_pull", server_for(key, self.servers), meta)
 
     def evaluate(self) -> bool:
         """Greedy episodes on a separate env, after the pulls asked for at task start landed."""
         assert self.evaluation is not None and self.task is not None
-        if self.pulling:
+        if self.pulling or not self.weights_ready():
             return False
         if not self.evaluation.step():
             return True
@@ -263,13 +314,18 @@ class Collector(Role):
         return True
 
     def finish_task(self) -> bool:
+        """Report the task; on-policy or deterministic, only once its batches are inserted:
+        the commander assigns on-policy fragments by what the shards hold, and a deterministic
+        round needs every batch in before the next collector's."""
         assert self.task is not None
-        if self.deterministic and self.unacked:
-            return False  # the next collector's batches must land after all of ours
+        if self.unacked and (self.on_policy or self.deterministic):
+            return False
         stats = self.episodes.task_summary()
+        length = next(iter(self.writers.values())).length
         stats.update(
-            env_steps=self.task["fragments"] * self.fragment.length * self.env.num_envs,
+            env_steps=self.task["fragments"] * length * self.env.num_envs,
             versions=dict(self.versions),
+            items=self.task_items,
         )
         self.send(
             "task_done",

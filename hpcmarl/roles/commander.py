@@ -1,11 +1,13 @@
 """The commander (rank 0): hands out work, evaluates, decides when to stop, shuts down in order.
 
-Collectors and learners ask for tasks; the commander grants them while task space is left
-(DI-engine's SoloCommander). Every `eval_interval_s` the next collector task is a greedy
-evaluation; its mean return against `stop_value`, the step budget, the wall-time limit or an
-interrupt ends the run. Shutdown goes in phases so that nobody waits for a message that cannot
-come: collectors stop and shards serve freely (draining) until running learner tasks end; then
-learners, parameter servers and shards stop and acknowledge.
+Collectors and learners ask for tasks; the commander asks its schedule (`schedules/`) which to
+grant, and grants them while task space is left (DI-engine's SoloCommander). It owns the
+population registry: it announces every policy key to its parameter server at start, and the
+schedule's tasks bind agents to keys. Evaluations' mean (team) return against `stop_value`, the
+step budget, the wall-time limit or an interrupt ends the run. Shutdown goes in phases so that
+nobody waits for a message that cannot come: collectors stop and shards serve freely (draining)
+until running learner tasks end; then learners, parameter servers and shards stop and
+acknowledge.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from ..algos.catalog import CATALOG
 from ..comm.protocol import Message
 from ..comm.transport import LocalTransport
 from ..config.schema import JobConfig
@@ -20,9 +23,9 @@ from ..core import Role
 from ..launch import signals
 from ..launch.topology import Topology
 from ..metrics import MetricsSink
+from ..population import Population, server_for
+from ..schedules import Context, FreeRunning, Grant, Lockstep, OnPolicy, Schedule, Situation
 from .coordinator import CheckpointCoordinator
-from .free_running import FreeRunning
-from .lockstep import Lockstep
 from .run_stats import RunStats
 from .task_space import TaskSpace
 
@@ -36,10 +39,17 @@ class Commander(Role):
     kind = "commander"
 
     def __init__(
-        self, transport: LocalTransport, cfg: JobConfig, topology: Topology, sink: MetricsSink
+        self,
+        transport: LocalTransport,
+        cfg: JobConfig,
+        topology: Topology,
+        sink: MetricsSink,
+        population: Population,
+        bindings: dict[str, str],
     ) -> None:
         super().__init__("commander", transport)
         self.cfg, self.topology, self.sink = cfg, topology, sink
+        self.population = population
         self.collectors = topology.names("collector")
         self.learners = topology.names("learner")
         space = cfg.commander.collector_task_space or len(self.collectors)
@@ -56,9 +66,33 @@ class Commander(Role):
         self.awaiting_ack: set[str] = set()
         self.phase_started = time.monotonic()
         self.checkpoints = CheckpointCoordinator(self)
-        self.lockstep = Lockstep(self) if cfg.commander.deterministic else None
-        self.schedule: Lockstep | FreeRunning = self.lockstep or FreeRunning(self)
+        self.schedule = make_schedule(self.schedule_context(bindings))
         self.last_seen = {name: time.monotonic() for name in topology.rank_of if name != self.name}
+
+    def schedule_context(self, bindings: dict[str, str]) -> Context:
+        groups = {
+            group: tuple(sorted(members, key=self.topology.rank_of.__getitem__))
+            for group, members in self.topology.learners_of_group.items()
+        }
+        keys = {
+            group: tuple(k for k, m in self.population.members.items() if m.group == group)
+            for group in groups
+        }
+        return Context(
+            self.cfg,
+            tuple(self.collectors),
+            tuple(self.topology.names("replay_shard")),
+            groups,
+            bindings,
+            keys,
+        )
+
+    def start(self) -> None:
+        """Announce every policy key to the parameter server that holds it."""
+        servers = self.topology.names("param_server")
+        for key in self.population.keys():
+            spec = self.population.spec(key).to_json()
+            self.send("create_table", server_for(key, servers), {"key": key, "spec": spec})
 
     # -- the loop -------------------------------------------------------------------------
     def work(self) -> bool:
@@ -96,18 +130,27 @@ class Commander(Role):
         self.checkpoints.note_sent(role, msg.meta.get("sent_bulk", {}))
         if self.topology.kind_of[role] == "collector":
             self.collector_space.release()
-            if "eval" in msg.meta:
+            kind = "eval" if "eval" in msg.meta else "collect"
+            self.schedule.on_task_done(role, kind, msg.meta)
+            if kind == "eval":
                 self.on_eval(msg.meta["eval"])
             else:
                 self.stats.on_collect(msg.meta["collect"])
                 self.record_episodes(role, msg.meta["collect"])
-                if self.lockstep is not None:
-                    self.lockstep.on_collect(msg.meta["collect"])
         else:
             self.learner_space.release()
             self.stats.on_learn(msg.meta["stats"])
-            if self.lockstep is not None:
-                self.lockstep.on_learn(msg.meta["stats"])
+            self.record_learning(msg.meta["stats"])
+            self.schedule.on_task_done(role, "learn", msg.meta)
+        self.record_schedule()
+
+    def record_learning(self, stats: dict) -> None:
+        """One `learn` row per group per learner task: the mean of its update statistics."""
+        for group, row in stats["groups"].items():
+            self.sink.record(
+                "learn",
+                {"role": stats["role"], "group": group, "env_steps": self.stats.env_steps, **row},
+            )
 
     def record_episodes(self, collector: str, stats: dict) -> None:
         """One `episode` row per finished training episode, for offline analysis to check."""
@@ -129,8 +172,11 @@ class Commander(Role):
         """notify_fail: the task's space is released and the failure recorded."""
         role = self.running.pop(msg.meta["task_id"], msg.src)
         self.checkpoints.note_sent(role, msg.meta.get("sent_bulk", {}))
-        space = self.collector_space if self.topology.kind_of[role] == "collector" else None
-        (space or self.learner_space).release()
+        if self.topology.kind_of[role] == "collector":
+            self.collector_space.release()
+            self.schedule.on_task_failed(role, msg.meta)
+        else:
+            self.learner_space.release()
         self.sink.record("task_failed", {"role": role, **msg.meta})
 
     def note_message(self, msg: Message) -> None:
@@ -168,20 +214,54 @@ class Commander(Role):
 
     # -- scheduling -----------------------------------------------------------------------
     def check_between_tasks(self) -> None:
-        """Stop conditions and periodic checkpoints; in deterministic mode only between rounds."""
-        if self.lockstep is not None and not self.lockstep.at_boundary:
+        """Stop conditions and periodic checkpoints, when the schedule is at a boundary (in
+        deterministic mode: between rounds)."""
+        if not self.schedule.at_boundary(self.situation()):
             self.check_signals()
             return
         self.check_stop_conditions()
         if self.phase == "running" and self.checkpoints.due(self.stats.total_updates()):
             self.checkpoints.begin()
 
-    def grant_tasks(self) -> bool:
-        return self.schedule.advance()
+    def situation(self) -> Situation:
+        """What the schedule may know of the run right now."""
+        groups = self.topology.learners_of_group
+        return Situation(
+            now=time.monotonic(),
+            env_steps=self.stats.env_steps,
+            updates=self.stats.total_updates(),
+            waiting_collectors=tuple(self.waiting_collectors),
+            waiting_learners=frozenset(self.waiting_learners),
+            running=len(self.running),
+            collector_slots=self.collector_space.capacity - self.collector_space.used,
+            replay_sizes={g: self.stats.replay_size(g) for g in groups},
+        )
 
-    def learner_groups(self) -> list[list[str]]:
-        groups = {tuple(sorted(m)) for m in self.topology.learners_of_policy.values()}
-        return [list(g) for g in sorted(groups)]
+    def grant_tasks(self) -> bool:
+        """Apply what the schedule decides: the roles stop waiting, their tasks start."""
+        grants = self.schedule.grants(self.situation())
+        for grant in grants:
+            self.apply(grant)
+        self.record_schedule()
+        return bool(grants)
+
+    def apply(self, grant: Grant) -> None:
+        waiting = grant.role in self.waiting_collectors or grant.role in self.waiting_learners
+        if not waiting:
+            raise RuntimeError(f"the schedule granted a task to {grant.role}, which has one")
+        if self.topology.kind_of[grant.role] == "collector":
+            if not self.collector_space.acquire():
+                raise RuntimeError("the schedule granted collector tasks beyond the task space")
+            self.waiting_collectors.remove(grant.role)
+        else:
+            self.learner_space.acquire()
+            self.waiting_learners.discard(grant.role)
+        self.running[str(grant.task["task_id"])] = grant.role
+        self.send("task", grant.role, grant.task)
+
+    def record_schedule(self) -> None:
+        for kind, row in self.schedule.records():
+            self.sink.record(kind, {**row, "episodes": self.stats.episodes})
 
     def increase_collector_task_space(self, n: int = 1) -> None:
         """Resume paused collectors."""
@@ -193,9 +273,8 @@ class Commander(Role):
 
     # -- evaluation and stopping ----------------------------------------------------------
     def on_eval(self, result: dict) -> None:
-        self.schedule.eval_done()
         value = result["return_mean"]
-        self.stats.eval_returns.append(value)
+        self.stats.on_eval(result)
         row = {
             "time_s": round(self.stats.elapsed(), 2),
             "env_steps": self.stats.env_steps,
@@ -203,8 +282,12 @@ class Commander(Role):
             **result,
         }
         self.sink.record("eval", row)
+        agents = result.get("agent_returns", {})
+        per_agent = ""
+        if len(agents) > 1:
+            per_agent = " (" + ", ".join(f"{a} {r:.1f}" for a, r in agents.items()) + ")"
         self.sink.say(
-            f"hpcmarl: eval return {value:.1f} +- {result['return_std']:.1f} over "
+            f"hpcmarl: eval return {value:.1f} +- {result['return_std']:.1f}{per_agent} over "
             f"{result['episodes']} episodes at {self.position()}"
         )
         target = self.cfg.commander.stop_value
@@ -290,15 +373,17 @@ class Commander(Role):
         return f"{self.stats.env_steps} env steps"
 
     def state(self) -> dict:
-        tree = {"stats": self.stats.state(), "checkpoints": list(self.checkpoints.taken)}
-        if self.lockstep is not None:
-            tree["lockstep"] = self.lockstep.state()
-        return tree
+        return {
+            "stats": self.stats.state(),
+            "checkpoints": list(self.checkpoints.taken),
+            "schedule": self.schedule.state(),
+            "population": self.population.state(),
+        }
 
     def load_state(self, tree: dict) -> None:
         self.stats.load_state(tree["stats"])
-        if self.lockstep is not None and "lockstep" in tree:
-            self.lockstep.load_state(tree["lockstep"])
+        self.schedule.load_state(tree["schedule"])
+        self.population.load_state(tree["population"])
         self.checkpoints.taken = list(tree["checkpoints"])
         self.sink.say(
             f"hpcmarl: resumed from checkpoint {self.checkpoints.taken[-1]} at {self.position()}"
@@ -311,3 +396,11 @@ class Commander(Role):
         self.last_progress = now
         self.sink.progress(self.stats.progress_row())
         return True
+
+
+def make_schedule(ctx: Context) -> Schedule:
+    """Deterministic mode's rounds, or the free-running schedule of the algorithm's kind."""
+    on_policy = CATALOG[ctx.cfg.learner.algo].on_policy
+    if ctx.cfg.commander.deterministic:
+        return Lockstep(ctx, on_policy)
+    return OnPolicy(ctx) if on_policy else FreeRunning(ctx)

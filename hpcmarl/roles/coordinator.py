@@ -117,7 +117,8 @@ class CheckpointCoordinator:
             "world": commander.topology.rank_of,
             "world_size": commander.topology.world_size,
             "config_sha256": config_digest(commander.cfg),
-            "policies": commander.topology.policies,
+            "groups": commander.topology.groups,
+            "keys": commander.population.keys(),
         }
         commit_checkpoint(
             cfg.runtime.run_dir, cut.id, [*cut.records, record], info, keep=cfg.checkpoint.keep

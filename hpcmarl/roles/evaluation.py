@@ -16,8 +16,8 @@ from .acting import act_all
 class Evaluation:
     """Plays one greedy episode in each copy of `env`, one vector step per call of `step()`."""
 
-    def __init__(self, env: Any, actors: dict, policy_of: dict[str, str]) -> None:
-        self.env, self.actors, self.policy_of = env, actors, policy_of
+    def __init__(self, env: Any, actors: dict, bindings: dict[str, str]) -> None:
+        self.env, self.actors, self.bindings = env, actors, bindings
         self.obs = env.reset()
         self.rng = np.random.default_rng(0)
         self.running = np.ones(env.num_envs, bool)
@@ -26,7 +26,7 @@ class Evaluation:
 
     def step(self) -> bool:
         """Advance every unfinished episode by one step; True once all have ended."""
-        actions = act_all(self.actors, self.policy_of, self.obs, 0.0, self.rng)
+        actions, _ = act_all(self.actors, self.bindings, self.obs, self.rng, 0, greedy=True)
         step = self.env.step(actions)
         for agent, rewards in step.rewards.items():
             self.agent_returns[agent] += np.where(self.running, rewards, 0.0)

@@ -1,9 +1,15 @@
-"""A learner: trains its policies on batches sampled from every replay shard.
+"""A learner: drives its groups' updates on batches from the replay shards, publishes weights.
 
-The learner works in tasks granted by the commander: a task is `updates_per_task` updates of
-each of its policies. Learners of one policy get their tasks together and average gradients
-with a nonblocking allreduce, so they take the same number of steps and never wait inside a
-collective for a learner that has no batch: a batch is in hand before the collective starts.
+The learner works in tasks granted by the commander. An off-policy task is `updates` updates,
+each on one batch sampled from some shard (one request in flight per shard); an on-policy task
+is one update on the fragments the commander assigned (`take`: how many from which shard).
+
+The learner does not know which algorithm it runs. An update is the algorithm's generator: it
+yields a local vector, the learner starts a nonblocking average over the group (the learners of
+a group get their tasks together), keeps polling, and sends the average back in when it is
+ready; the generator's return value carries the stats and priorities. So a group never waits
+inside a collective for a member that has no batch: each member has its batch before its
+update begins.
 
 A group never drifts apart unnoticed: at start (fresh or resumed) every member takes the group
 root's weights, and every `drift_check_interval` averaged updates the members compare a digest of
@@ -15,50 +21,70 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from ..algos.base import NetworkAlgorithm
+from ..algos.contract import Algorithm, PolicySpec, UpdateResult, UpdateSteps
 from ..comm.allreduce import Handle, SoloAverager, digest, drift_report
 from ..comm.protocol import Message
 from ..comm.transport import LocalTransport
 from ..config.schema import LearnerConfig
 from ..core import Role
-from ..replay.columns import TRANSITION_COLUMNS
+from ..items.spec import ItemSpec
 from .state_tree import flatten, nest
 
 
 @dataclass
-class PolicyTrainer:
-    """What a learner holds for one policy: the algorithm, its batches and its collective."""
+class GroupTrainer:
+    """What a learner holds for one training group: its algorithm, batches and collectives."""
 
-    policy: str
-    key: str
-    algo: NetworkAlgorithm
+    group: str
+    algo: Algorithm
+    items: ItemSpec
+    specs: dict[str, PolicySpec]
     averager: SoloAverager
     pushes_weights: bool
+    servers: dict[str, str]
+    """Policy key -> the parameter server that holds it."""
     members: list[str] = field(default_factory=list)
-    """The learners of this policy in group-rank order (for naming who drifted)."""
+    """The learners of this group in group-rank order (for naming who drifted)."""
     samples: deque = field(default_factory=deque)
     awaiting: set = field(default_factory=set)
+    parts: dict[str, Message] = field(default_factory=dict)
+    """On-policy: the replies to this task's take requests, by shard."""
+    steps: UpdateSteps | None = None
     handle: Handle | None = None
     sync: Handle | None = None
     drift: Handle | None = None
     averaged: int = 0
     """Averaged updates since this process started: equal across the group by construction."""
     in_flight: Message | None = None
-    td_errors: np.ndarray | None = None
     remaining: int = 0
-    pushes: int = 0
+    version: int = 0
+    """Weight versions published for the group (the same count on every member)."""
+    unpushed: bool = False
+    announced: bool = False
+    dropped: dict[str, int] = field(default_factory=dict)
+    """On-policy: stale fragments each shard dropped while serving this task."""
     stats: list = field(default_factory=list)
+
+    @property
+    def on_policy(self) -> bool:
+        return self.items.replay.on_policy
+
+    @property
+    def prioritized(self) -> bool:
+        """Samples carry importance weights, and updates send priorities back."""
+        return self.items.replay.selector == "prioritized"
 
     def done(self) -> bool:
         """The task's updates are applied and no collective is in flight."""
-        return self.remaining == 0 and self.handle is None and self.drift is None
+        return self.remaining == 0 and self.steps is None and self.drift is None
 
 
 class Learner(Role):
-    """Samples, computes gradients, averages them with its group, applies them, pushes weights."""
+    """Samples, drives updates, averages with its group, publishes weights."""
 
     kind = "learner"
 
@@ -67,19 +93,15 @@ class Learner(Role):
         name: str,
         transport: LocalTransport,
         cfg: LearnerConfig,
-        trainers: list[PolicyTrainer],
+        trainers: list[GroupTrainer],
         shards: list[str],
-        ps_of_policy: dict[str, str],
-        prioritized: bool,
         sequential: bool = False,
     ) -> None:
         super().__init__(name, transport)
         self.sequential = sequential
         self.cfg = cfg
-        self.trainers = {t.policy: t for t in trainers}
+        self.trainers = {t.group: t for t in trainers}
         self.shards = shards
-        self.ps_of_policy = ps_of_policy
-        self.prioritized = prioritized
         self.task: dict | None = None
         self.started = False
         self.resumed = False
@@ -116,79 +138,132 @@ class Learner(Role):
         self.started = True
         if not self.resumed:  # a resumed parameter server already holds these weights
             for trainer in trainers:
-                self.push_weights(trainer)
+                self.publish(trainer)
         return True
 
     def handle_task(self, msg: Message) -> None:
         self.task, self.asked = msg.meta, False
         for trainer in self.trainers.values():
             trainer.remaining = msg.meta["updates"]
-            trainer.stats = []
+            trainer.stats, trainer.dropped, trainer.parts = [], {}, {}
+            if trainer.on_policy:
+                self.request_fragments(trainer, msg.meta["take"].get(trainer.group, {}))
 
     def handle_sample(self, msg: Message) -> None:
-        trainer = self.trainers[msg.meta["policy"]]
+        trainer = self.trainers[msg.meta["group"]]
         trainer.awaiting.discard(msg.src)
-        trainer.samples.append(msg)
+        if not trainer.on_policy:
+            trainer.samples.append(msg)
+            return
+        trainer.parts[msg.src] = msg
+        dropped = int(msg.meta.get("dropped", 0))
+        trainer.dropped[msg.src] = trainer.dropped.get(msg.src, 0) + dropped
+        if not trainer.awaiting:
+            trainer.samples.append(self.join_parts(trainer))
 
     def handle_stop(self, msg: Message) -> None:
         self.send("stopped", msg.src, {"role": self.name, "updates": self.updates()})
         self.finish()
 
-    def request_samples(self, trainer: PolicyTrainer) -> None:
-        """Keep one request in flight per shard while this task still needs batches."""
-        if self.sequential and (trainer.handle is not None or trainer.samples):
+    # -- batches ------------------------------------------------------------------------------
+    def request_samples(self, trainer: GroupTrainer) -> None:
+        """Off-policy: keep one request in flight per shard while this task needs batches."""
+        if trainer.on_policy:
+            return
+        if self.sequential and (trainer.steps is not None or trainer.samples):
             return  # deterministic mode: the next request follows the last update's priorities
-        wanted = trainer.remaining - len(trainer.samples) - (trainer.handle is not None)
+        wanted = trainer.remaining - len(trainer.samples) - (trainer.steps is not None)
         for shard in self.shards:
             if wanted <= len(trainer.awaiting):
                 return
             if shard not in trainer.awaiting:
                 trainer.awaiting.add(shard)
-                self.send(
-                    "sample_request", shard, {"policy": trainer.policy, "n": self.cfg.batch_size}
-                )
+                meta = {"group": trainer.group, "n": self.cfg.batch_size}
+                self.send("sample_request", shard, meta)
 
-    def train_step(self, trainer: PolicyTrainer) -> bool:
-        """Either finish the update whose average is in flight, or start the next one."""
+    def request_fragments(self, trainer: GroupTrainer, take: dict[str, list[list[int]]]) -> None:
+        """On-policy: ask each shard for the fragments the commander assigned this learner
+        (ranges of insert ids), none older than `max_policy_lag` versions behind the one
+        about to train on them."""
+        min_version = trainer.version - trainer.items.replay.max_policy_lag
+        for shard in self.shards:
+            if shard in take:
+                trainer.awaiting.add(shard)
+                meta = {"group": trainer.group, "ranges": take[shard], "min_version": min_version}
+                self.send("sample_request", shard, meta)
+        if not trainer.awaiting:  # nothing assigned: the update runs on an empty batch
+            trainer.samples.append(self.join_parts(trainer))
+
+    def join_parts(self, trainer: GroupTrainer) -> Message:
+        """The fragments of every shard's reply, in shard order, as one batch."""
+        replies = [trainer.parts[s].arrays for s in self.shards if s in trainer.parts]
+        parts = [p for p in replies if p is not None]
+        if parts:
+            batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        else:
+            spec = trainer.items
+            batch = {c.name: np.empty((0, *spec.item_shape(c)), c.dtype) for c in spec.columns}
+        trainer.parts = {}
+        return Message("sample", "", self.name, {"group": trainer.group}, batch)
+
+    # -- updates ------------------------------------------------------------------------------
+    def train_step(self, trainer: GroupTrainer) -> bool:
+        """Advance the update in flight when its average is in, or start the next one."""
         if trainer.drift is not None:
             return self.check_drift(trainer)
-        if trainer.handle is not None:
-            if not trainer.averager.ready(trainer.handle):
+        if trainer.steps is None:
+            if trainer.remaining == 0 or not trainer.samples:
                 return False
-            self.apply_update(trainer)
-            return True
-        if trainer.remaining == 0 or not trainer.samples:
+            return self.begin_update(trainer)
+        assert trainer.handle is not None
+        if not trainer.averager.ready(trainer.handle):
             return False
-        msg = trainer.samples.popleft()
-        assert msg.arrays is not None
-        batch = {c: msg.arrays[c] for c in TRANSITION_COLUMNS}
-        weights = msg.arrays["weights"] if self.prioritized else None
-        grad, stats, td = trainer.algo.compute_gradients(batch, weights)
-        trainer.handle = trainer.averager.start(grad)
-        trainer.in_flight, trainer.td_errors = msg, td
-        trainer.stats.append(stats)
+        average = trainer.averager.result(trainer.handle)
+        try:
+            vector = trainer.steps.send(average)
+        except StopIteration as done:
+            self.end_update(trainer, done.value)
+            return True
+        trainer.handle = trainer.averager.start(vector)
         return True
 
-    def apply_update(self, trainer: PolicyTrainer) -> None:
-        assert trainer.handle is not None and trainer.in_flight is not None
-        trainer.algo.apply_gradients(trainer.averager.result(trainer.handle))
-        trainer.handle, trainer.remaining = None, trainer.remaining - 1
-        trainer.averaged += 1
-        self.start_drift_check(trainer)
-        if self.prioritized:
-            self.send_priorities(trainer, trainer.in_flight)
-        trainer.in_flight = None
-        if trainer.algo.updates % self.cfg.push_interval == 0:
-            self.push_weights(trainer)
+    def begin_update(self, trainer: GroupTrainer) -> bool:
+        msg = trainer.samples.popleft()
+        assert msg.arrays is not None
+        batch = {c: msg.arrays[c] for c in trainer.items.names}
+        weights = msg.arrays.get("weights") if trainer.prioritized else None
+        trainer.steps = trainer.algo.update(batch, weights)
+        trainer.in_flight = msg
+        try:
+            vector = next(trainer.steps)
+        except StopIteration as done:  # an update with nothing to average
+            self.end_update(trainer, done.value)
+            return True
+        trainer.handle = trainer.averager.start(vector)
+        return True
 
-    def start_drift_check(self, trainer: PolicyTrainer) -> None:
+    def end_update(self, trainer: GroupTrainer, result: UpdateResult) -> None:
+        trainer.steps, trainer.handle = None, None
+        trainer.remaining -= 1
+        trainer.averaged += 1
+        trainer.stats.append(result.stats)
+        msg, trainer.in_flight = trainer.in_flight, None
+        if trainer.prioritized and result.priorities is not None and msg is not None:
+            self.send_priorities(trainer, msg, result.priorities)
+        if trainer.on_policy or trainer.algo.updates % self.cfg.push_interval == 0:
+            self.publish(trainer)
+        else:
+            trainer.unpushed = True
+        self.start_drift_check(trainer)
+
+    def start_drift_check(self, trainer: GroupTrainer) -> None:
         """Every `drift_check_interval` averaged updates, gather the group's weight digests."""
         interval = self.drift_check_interval
         if trainer.averager.size > 1 and interval > 0 and trainer.averaged % interval == 0:
             row = np.array([trainer.algo.updates, digest(trainer.algo.group_weights())])
             trainer.drift = trainer.averager.start_gather(row)
 
-    def check_drift(self, trainer: PolicyTrainer) -> bool:
+    def check_drift(self, trainer: GroupTrainer) -> bool:
         """Compare the group's weight digests; no update starts before they are in."""
         assert trainer.drift is not None
         if not trainer.averager.ready(trainer.drift):
@@ -198,35 +273,38 @@ class Learner(Role):
         problem = drift_report(rows, trainer.members or [self.name])
         if problem is not None:
             raise RuntimeError(
-                f"learners of policy {trainer.policy} drifted apart after {trainer.averaged} "
+                f"learners of group {trainer.group} drifted apart after {trainer.averaged} "
                 f"averaged updates: {problem}"
             )
         return True
 
-    def send_priorities(self, trainer: PolicyTrainer, msg: Message) -> None:
-        assert msg.arrays is not None and trainer.td_errors is not None
+    def send_priorities(self, trainer: GroupTrainer, msg: Message, priorities: np.ndarray) -> None:
+        assert msg.arrays is not None
         arrays = {
             "indices": msg.arrays["indices"],
             "insert_ids": msg.arrays["insert_ids"],
-            "td": np.abs(trainer.td_errors).astype(np.float32),
+            "td": priorities,
         }
-        self.send("priorities", msg.src, {"policy": trainer.policy}, arrays)
+        self.send("priorities", msg.src, {"group": trainer.group}, arrays)
 
-    def push_weights(self, trainer: PolicyTrainer) -> None:
+    def publish(self, trainer: GroupTrainer) -> None:
+        """A new version of every policy of the group; the group's root sends it."""
+        trainer.version += 1
+        trainer.unpushed = False
         if not trainer.pushes_weights:
             return
-        trainer.pushes += 1
-        self.send(
-            "weights_push",
-            self.ps_of_policy[trainer.policy],
-            {"key": trainer.key},
-            {"weights": trainer.algo.get_weights()},
-        )
+        for key, weights in trainer.algo.publish().items():
+            meta: dict[str, Any] = {"key": key}
+            if not trainer.announced:
+                meta["spec"] = trainer.specs[key].to_json()
+            self.send("weights_push", trainer.servers[key], meta, {"weights": weights})
+        trainer.announced = True
 
     def finish_task(self) -> None:
         assert self.task is not None
         for trainer in self.trainers.values():
-            self.push_weights(trainer)
+            if trainer.unpushed:
+                self.publish(trainer)
         self.send(
             "task_done",
             "commander",
@@ -239,34 +317,36 @@ class Learner(Role):
         self.task = None
 
     def task_stats(self) -> dict:
-        per_policy = {}
-        for policy, trainer in self.trainers.items():
+        per_group = {}
+        for group, trainer in self.trainers.items():
             rows = trainer.stats
             mean = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
-            per_policy[policy] = {
+            per_group[group] = {
                 **mean,
                 "updates": trainer.algo.updates,
-                "version": trainer.pushes,
+                "version": trainer.version,
+                "dropped": dict(trainer.dropped),
             }
-        return {"role": self.name, "policies": per_policy}
+        return {"role": self.name, "groups": per_group}
 
     def state(self) -> dict:
         import torch
 
-        policies = {
-            p: {"algo": nest(t.algo.state_dict()), "pushes": t.pushes}
-            for p, t in self.trainers.items()
+        groups = {
+            g: {"algo": nest(t.algo.state_dict()), "version": t.version}
+            for g, t in self.trainers.items()
         }
         rng = torch.get_rng_state().numpy()
-        return {**super().state(), "policies": policies, "torch_rng": rng}
+        return {**super().state(), "groups": groups, "torch_rng": rng}
 
     def load_state(self, tree: dict) -> None:
         import torch
 
-        for policy, entry in tree["policies"].items():
-            trainer = self.trainers[policy]
+        for group, entry in tree["groups"].items():
+            trainer = self.trainers[group]
             trainer.algo.load_state_dict(flatten(entry["algo"]))
-            trainer.pushes = int(entry["pushes"])
+            trainer.version = int(entry["version"])
+            trainer.announced = True
         torch.set_rng_state(torch.from_numpy(np.array(tree["torch_rng"], dtype=np.uint8)))
         self.resumed = True
 

@@ -1,10 +1,17 @@
-"""A replay shard: one replay table per policy, fed by collectors, drained by learners.
+"""A replay shard: one table per training group, fed by collectors, drained by learners.
+
+What a group's table is follows from its algorithm's replay spec: a `ReplayTable` (uniform or
+prioritized sampling with replacement, under a samples-per-insert limiter) for off-policy
+items, or an `ItemQueue` (each item served once, too-old ones dropped and counted) for
+on-policy fragments.
 
 Producer flow is credit based: every collector starts with `insert_credits` batches it may have
 in flight here, and gets a credit back only once its batch is inserted. The samples-per-insert
 limiter holds batches back when collectors run ahead of learners, so back-pressure reaches the
 collectors through withheld credits and nothing queues without bound. Consumer flow: a learner
-asks for one batch at a time; the request waits here until the limiter allows a sample.
+asks for one batch at a time; a replay request waits here until the limiter allows a sample; a
+queue request is answered at once with what the queue holds (the commander grants learners
+only what it knows was inserted).
 """
 
 from __future__ import annotations
@@ -18,13 +25,15 @@ from ..comm.protocol import Message
 from ..comm.transport import LocalTransport
 from ..config.schema import ReplayConfig
 from ..core import Role
+from ..items.spec import ReplaySpec
+from ..replay.queue import ItemQueue
 from ..replay.rate_limiters import SampleToInsertRatio
 from ..replay.table import ReplayTable
 from .state_tree import flatten, nest
 
 
 class ReplayShard(Role):
-    """Holds replay tables and serves inserts and samples under a rate limiter."""
+    """Holds the groups' tables and serves inserts and samples."""
 
     kind = "replay_shard"
 
@@ -33,7 +42,7 @@ class ReplayShard(Role):
         name: str,
         transport: LocalTransport,
         cfg: ReplayConfig,
-        policies: list[str],
+        replay_of: dict[str, ReplaySpec],
         collectors: list[str],
         seed: int,
         deterministic: bool = False,
@@ -41,22 +50,25 @@ class ReplayShard(Role):
     ) -> None:
         super().__init__(name, transport)
         self.cfg = cfg
-        self.tables = {
-            p: ReplayTable(
+        self.tables: dict[str, ReplayTable | ItemQueue] = {}
+        self.limiters: dict[str, SampleToInsertRatio] = {}
+        # Deterministic mode's schedule fixes the ratio itself; a limiter would react to timing.
+        # Offline, nothing is inserted after the start: any number of samples is fine.
+        free = deterministic or dataset is not None
+        ratio = (0.0, 1) if free else (cfg.samples_per_insert, cfg.learning_starts)
+        for i, (group, replay) in enumerate(replay_of.items()):
+            if replay.on_policy:
+                self.tables[group] = ItemQueue(cfg.table_capacity)
+                continue
+            self.tables[group] = ReplayTable(
                 cfg.table_capacity,
-                prioritized=cfg.prioritized,
+                prioritized=replay.selector == "prioritized",
                 alpha=cfg.alpha,
                 beta=cfg.beta,
                 eps=cfg.eps,
                 seed=seed + i,
             )
-            for i, p in enumerate(policies)
-        }
-        # Deterministic mode's schedule fixes the ratio itself; a limiter would react to timing.
-        # Offline, nothing is inserted after the start: any number of samples is fine.
-        free = deterministic or dataset is not None
-        ratio = (0.0, 1) if free else (cfg.samples_per_insert, cfg.learning_starts)
-        self.limiters = {p: SampleToInsertRatio(*ratio, cfg.error_buffer) for p in policies}
+            self.limiters[group] = SampleToInsertRatio(*ratio, cfg.error_buffer)
         self.pending_inserts: deque[Message] = deque()
         self.pending_samples: deque[Message] = deque()
         self.samples_served = 0
@@ -73,21 +85,26 @@ class ReplayShard(Role):
     def load_dataset(self, batches: Iterable[tuple[str, dict[str, np.ndarray]]]) -> None:
         """Insert this shard's share of an offline dataset, oldest rows first; a large share
         takes a while, so the commander keeps hearing from the shard."""
-        for policy, batch in batches:
-            self.tables[policy].insert(batch)
-            self.limiters[policy].on_insert(len(batch["rewards"]))
+        for group, batch in batches:
+            self.tables[group].insert(batch)
+            self.limiters[group].on_insert(len(batch["rewards"]))
             self.heartbeat()
 
     def handle_batch(self, msg: Message) -> None:
         self.pending_inserts.append(msg)
 
     def handle_sample_request(self, msg: Message) -> None:
-        self.pending_samples.append(msg)
+        if isinstance(self.tables[msg.meta["group"]], ItemQueue):
+            self.serve_queue(msg)
+        else:
+            self.pending_samples.append(msg)
 
     def handle_priorities(self, msg: Message) -> None:
         assert msg.arrays is not None
         a = msg.arrays
-        self.tables[msg.meta["policy"]].update_priorities(a["indices"], a["insert_ids"], a["td"])
+        table = self.tables[msg.meta["group"]]
+        assert isinstance(table, ReplayTable)
+        table.update_priorities(a["indices"], a["insert_ids"], a["td"])
 
     def handle_relax(self, msg: Message) -> None:
         """Drain mode (shutdown, checkpoint): insert and sample without the ratio."""
@@ -104,16 +121,27 @@ class ReplayShard(Role):
         inserted = 0
         for _ in range(len(self.pending_inserts)):
             msg = self.pending_inserts.popleft()
-            policy = msg.meta["policy"]
-            if not self.limiters[policy].can_insert():
+            group = msg.meta["group"]
+            limiter = self.limiters.get(group)
+            if limiter is not None and not limiter.can_insert():
                 self.pending_inserts.append(msg)
                 continue
             assert msg.arrays is not None
-            self.tables[policy].insert(msg.arrays)
-            self.limiters[policy].on_insert(len(msg.arrays["rewards"]))
+            table = self.tables[group]
+            ack: dict = {"n": 1, "inserted": 1}
+            if isinstance(table, ItemQueue):  # the ids let the commander assign exact ranges
+                ack |= {
+                    "group": group,
+                    "first": table.insert(msg.arrays),
+                    "items": msg.meta["items"],
+                }
+            else:
+                table.insert(msg.arrays)
+            if limiter is not None:
+                limiter.on_insert(len(msg.arrays["rewards"]))
             self.transport.recycle(msg.arrays)
             if msg.src:  # batches restored from a checkpoint owe no credit
-                self.send("credit", msg.src, {"n": 1, "inserted": 1})
+                self.send("credit", msg.src, ack)
             inserted += 1
         return inserted > 0
 
@@ -121,52 +149,71 @@ class ReplayShard(Role):
         served = 0
         for _ in range(len(self.pending_samples)):
             msg = self.pending_samples.popleft()
-            policy, n = msg.meta["policy"], msg.meta["n"]
-            table = self.tables[policy]
-            if table.size == 0 or not self.limiters[policy].can_sample(table.size):
+            group, n = msg.meta["group"], msg.meta["n"]
+            table = self.tables[group]
+            assert isinstance(table, ReplayTable)
+            if table.size == 0 or not self.limiters[group].can_sample(table.size):
                 self.pending_samples.append(msg)
                 continue
             columns, info = table.sample(n)
-            self.limiters[policy].on_sample(n)
+            self.limiters[group].on_sample(n)
             columns["indices"] = info.indices
             columns["insert_ids"] = info.insert_ids
             columns["weights"] = info.weights
-            self.send("sample", msg.src, {"policy": policy}, columns)
+            self.send("sample", msg.src, {"group": group, "items": n}, columns)
             served += 1
         self.samples_served += served
         return served > 0
 
+    def serve_queue(self, msg: Message) -> None:
+        """Hand out the range of items asked for at once (the fresh ones; an empty answer
+        still says how many were dropped as too old)."""
+        group, m = msg.meta["group"], msg.meta
+        queue = self.tables[group]
+        assert isinstance(queue, ItemQueue)
+        items, dropped = queue.take(m["ranges"], m["min_version"])
+        meta = {
+            "group": group,
+            "items": 0 if items is None else len(items["actions"]),
+            "dropped": dropped,
+        }
+        self.send("sample", msg.src, meta, items)
+        self.samples_served += 1
+
     def state(self) -> dict:
         pending = {
-            str(i): {"policy": m.meta["policy"], "columns": dict(m.arrays or {})}
+            str(i): {"group": m.meta["group"], "columns": dict(m.arrays or {})}
             for i, m in enumerate(self.pending_inserts)
         }
         return {
             **super().state(),
-            "tables": {p: nest(t.state()) for p, t in self.tables.items()},
-            "limiters": {p: dict(lim.state()) for p, lim in self.limiters.items()},
+            "tables": {g: nest(t.state()) for g, t in self.tables.items()},
+            "limiters": {g: dict(lim.state()) for g, lim in self.limiters.items()},
             "pending_inserts": pending,
             "samples_served": self.samples_served,
         }
 
     def load_state(self, tree: dict) -> None:
-        for policy, table_state in tree["tables"].items():
-            self.tables[policy].load_state(flatten(table_state))
-            self.limiters[policy].load_state(tree["limiters"][policy])
+        for group, table_state in tree["tables"].items():
+            self.tables[group].load_state(flatten(table_state))
+            if group in self.limiters:
+                self.limiters[group].load_state(tree["limiters"][group])
         for i in sorted(tree["pending_inserts"], key=int):
             entry = tree["pending_inserts"][i]
-            meta = {"policy": entry["policy"]}
-            self.pending_inserts.append(Message("batch", "", self.name, meta, entry["columns"]))
+            columns = entry["columns"]
+            meta = {"group": entry["group"], "items": len(next(iter(columns.values())))}
+            self.pending_inserts.append(Message("batch", "", self.name, meta, columns))
         self.samples_served = int(tree["samples_served"])
         self.restored = True
 
     def counters(self) -> dict:
         return {
             "role": self.name,
-            "sizes": {p: int(t.size) for p, t in self.tables.items()},
+            "sizes": {g: int(t.size) for g, t in self.tables.items()},
             "capacity": int(self.cfg.table_capacity),
-            "inserted": {p: int(t.total_inserted) for p, t in self.tables.items()},
-            "evicted": {p: int(t.evicted) for p, t in self.tables.items()},
+            "inserted": {g: int(t.total_inserted) for g, t in self.tables.items()},
+            "evicted": {g: int(t.evicted) for g, t in self.tables.items()},
+            "dropped": {g: int(getattr(t, "dropped", 0)) for g, t in self.tables.items()},
             "pending_inserts": len(self.pending_inserts),
             "samples_served": self.samples_served,
         }

@@ -27,6 +27,8 @@ class RunStats:
         self.collector_versions: dict[str, int] = {}
         self.replay: dict[str, dict[str, Any]] = {}
         self.eval_returns: list[float] = []
+        self.eval_agent_returns: dict[str, float] = {}
+        """Per agent, the mean return of the last evaluation."""
         self._last = (self.start, 0, 0)
 
     def counters(self) -> dict[str, Any]:
@@ -43,6 +45,7 @@ class RunStats:
             "recent_returns": np.array(self.recent_returns, np.float64),
             "eval_returns": np.array(self.eval_returns, np.float64),
             "updates_by_learner": [[k, v] for k, v in self.updates.items()],
+            "eval_agent_returns": dict(self.eval_agent_returns),
         }
 
     def load_state(self, tree: dict[str, Any]) -> None:
@@ -51,6 +54,7 @@ class RunStats:
         self.recent_returns.extend(float(x) for x in tree["recent_returns"])
         self.eval_returns = [float(x) for x in tree["eval_returns"]]
         self.updates = {k: int(v) for k, v in tree["updates_by_learner"]}
+        self.eval_agent_returns = {k: float(v) for k, v in tree["eval_agent_returns"].items()}
         self.start = time.monotonic() - float(tree["time_s"])
         self._last = (time.monotonic(), self.env_steps, self.total_updates())
 
@@ -61,28 +65,30 @@ class RunStats:
         self.env_steps += stats["env_steps"]
         self.episodes += len(stats["episode_returns"])
         self.recent_returns.extend(stats["episode_returns"])
-        for policy, version in stats["versions"].items():
-            self.collector_versions[policy] = version
+        for key, version in stats["versions"].items():
+            self.collector_versions[key] = version
 
     def on_learn(self, stats: dict[str, Any]) -> None:
-        for policy, row in stats["policies"].items():
-            self.updates[f"{stats['role']}/{policy}"] = int(row["updates"])
-            self.versions[policy] = max(self.versions.get(policy, 0), int(row["version"]))
+        for group, row in stats["groups"].items():
+            self.updates[f"{stats['role']}/{group}"] = int(row["updates"])
+
+    def on_eval(self, result: dict[str, Any]) -> None:
+        self.eval_returns.append(float(result["return_mean"]))
+        self.eval_agent_returns = dict(result.get("agent_returns", {}))
 
     def on_role_stats(self, stats: dict[str, Any]) -> None:
-        if "versions" in stats:
-            for key, version in stats["versions"].items():
-                policy = key.split("/", 1)[1]
-                self.versions[policy] = max(self.versions.get(policy, 0), version)
+        """Parameter servers report versions by key, shards their tables' sizes by group."""
+        for key, version in stats.get("versions", {}).items():
+            self.versions[key] = max(self.versions.get(key, 0), version)
         if "sizes" in stats:
             self.replay[stats["role"]] = stats
 
     def total_updates(self) -> int:
         return sum(self.updates.values())
 
-    def replay_size(self, policy: str) -> int:
-        """Items of `policy` on the fullest shard (what a learner can be served from)."""
-        return max((s["sizes"].get(policy, 0) for s in self.replay.values()), default=0)
+    def replay_size(self, group: str) -> int:
+        """Items of `group` on the fullest shard (what a learner can be served from)."""
+        return max((s["sizes"].get(group, 0) for s in self.replay.values()), default=0)
 
     def replay_fill(self) -> float:
         held = sum(sum(s["sizes"].values()) for s in self.replay.values())
@@ -92,10 +98,15 @@ class RunStats:
     def replay_evicted(self) -> int:
         return sum(sum(s["evicted"].values()) for s in self.replay.values())
 
+    def replay_dropped(self) -> int:
+        """On-policy fragments dropped for being older than the lag allows."""
+        return sum(sum(s.get("dropped", {}).values()) for s in self.replay.values())
+
     def version_lag(self) -> int | None:
+        """How many versions the newest weights are ahead of those the collectors last used."""
         if self.offline:
             return None
-        lags = [max(0, v - self.collector_versions.get(p, 0)) for p, v in self.versions.items()]
+        lags = [max(0, v - self.collector_versions.get(k, 0)) for k, v in self.versions.items()]
         return max(lags) if lags else None
 
     def progress_row(self) -> dict[str, Any]:
@@ -114,8 +125,10 @@ class RunStats:
             "episodes": self.episodes,
             "train_return": _mean(self.recent_returns),
             "eval_return": self.eval_returns[-1] if self.eval_returns else None,
+            "eval_agent_returns": dict(self.eval_agent_returns),
             "replay_fill": round(self.replay_fill(), 4),
             "replay_evicted": self.replay_evicted(),
+            "replay_dropped": self.replay_dropped(),
             "version_lag": self.version_lag(),
             "eta_s": self.eta(steps_per_s, updates_per_s),
         }

@@ -1,4 +1,4 @@
-"""Task spaces and the epsilon schedule: the commander's bookkeeping, apart from its messages.
+"""Task spaces and task ids: the commander's bookkeeping, apart from its messages.
 
 A task space is DI-engine's limited-space container: a task may start only while fewer than
 `capacity` tasks of that kind run. Shrinking a collector space pauses collectors (their next
@@ -32,12 +32,6 @@ class TaskSpace:
     def decrease(self, n: int = 1) -> None:
         """Running tasks finish; only new ones are held back."""
         self.capacity = max(0, self.capacity - n)
-
-
-def linear_epsilon(env_steps: int, start: float, end: float, decay_steps: int) -> float:
-    """eps = start + (end - start) * min(1, env_steps / decay_steps)."""
-    frac = min(1.0, env_steps / max(1, decay_steps))
-    return start + (end - start) * frac
 
 
 _task_ids = itertools.count(1)

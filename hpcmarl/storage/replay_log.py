@@ -65,10 +65,7 @@ class ReplayLogWriter:
         self.path = Path(path)
         self.agents = list(agents)
         self.flush_every = flush_every
-        self.members = {
-            p: [k for k, a in enumerate(self.agents) if policy_of[a] == p]
-            for p in sorted(set(policy_of.values()))
-        }
+        self._fragments = 0
         self._pending: dict[int, list[dict[str, np.ndarray]]] = {k: [] for k in range(len(agents))}
         self._stamps: list[tuple[float, np.ndarray]] = []
         self._columns: dict[int, dict[str, h5py.Dataset]] = {}
@@ -78,21 +75,23 @@ class ReplayLogWriter:
         self._file: h5py.File | None = file or self._create(attrs, session)
 
     # -- public API ----------------------------------------------------------------------------
-    def append(self, policy: str, batch: Mapping[str, np.ndarray]) -> None:
-        """Keep a copy of one fragment's rows of `policy` (the caller's arrays go on to an MPI
-        send); every `flush_every` fragments, write them out."""
+    def append(self, batch: Mapping[str, np.ndarray]) -> None:
+        """Keep a copy of a batch of transition rows of any of the log's agents (the caller's
+        arrays go on to an MPI send); they are written out by `end_fragment` or `flush`."""
         if self._file is None:
             raise ValueError(f"{self.path}: append after close")
-        if policy not in self.members:
-            raise ValueError(f"unknown policy {policy!r}; this log has {sorted(self.members)}")
-        parts = self._split_by_agent(policy, batch)
+        parts = self._split_by_agent(batch)
         added = np.zeros(len(self.agents), np.int64)
         for k, rows in parts.items():
             self._pending[k].append(rows)
             added[k] = len(rows["agent_id"])
         self._stamps.append((time.time(), added))
-        if len(self._stamps) >= self.flush_every * len(self.members):
-            self.flush()  # a fragment is one batch per policy
+
+    def end_fragment(self) -> None:
+        """A fragment's batches are all appended; every `flush_every` fragments, write out."""
+        self._fragments += 1
+        if self._fragments % self.flush_every == 0:
+            self.flush()
 
     def flush(self) -> None:
         """Append the waiting rows and flush HDF5, so that they survive a kill."""
@@ -115,9 +114,7 @@ class ReplayLogWriter:
             self._file = None
 
     # -- helpers -------------------------------------------------------------------------------
-    def _split_by_agent(
-        self, policy: str, batch: Mapping[str, np.ndarray]
-    ) -> dict[int, dict[str, np.ndarray]]:
+    def _split_by_agent(self, batch: Mapping[str, np.ndarray]) -> dict[int, dict[str, np.ndarray]]:
         """Each agent's rows of the batch, copied (boolean indexing always copies)."""
         if "agent_id" not in batch:
             raise ValueError("a replay log batch needs an agent_id column")
@@ -125,11 +122,11 @@ class ReplayLogWriter:
         for name, column in batch.items():
             if np.ndim(column) == 0 or len(column) != len(agent_id):
                 raise ValueError(f"column {name!r} does not have {len(agent_id)} rows")
-        masks = {k: agent_id == k for k in self.members[policy]}
+        masks = {k: agent_id == k for k in np.unique(agent_id).tolist()}
+        unknown = [k for k in masks if not 0 <= k < len(self.agents)]
+        if unknown:
+            raise ValueError(f"batch has rows of agent ids {unknown}; this log has {self.agents}")
         counts = {k: int(np.count_nonzero(m)) for k, m in masks.items()}
-        if sum(counts.values()) != len(agent_id):
-            known = [self.agents[k] for k in self.members[policy]]
-            raise ValueError(f"batch of {policy!r} has rows of agents other than {known}")
         return {
             k: {name: np.asarray(column)[masks[k]] for name, column in batch.items()}
             for k, n in counts.items()

@@ -27,18 +27,35 @@ def rounds(run_dir: Path) -> list[dict]:
     return [row for row in rows if row["kind"] == "round"]
 
 
+MAPPO = [
+    "jobs/spread_mappo.yaml",
+    *JOB,
+    "env.num_envs=4",
+    "learner.ppo.batch_fragments=12",
+    "learner.ppo.epochs=3",
+]
+"""3 collectors x 4 env copies: one batch of 12 fragments per round; 2 learners average it."""
+
+
 @pytest.mark.mpi
-def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("job", "updates"),
+    [(JOB, 2000), (MAPPO, 24)],
+    ids=["dqn", "mappo"],
+)
+def test_a_resumed_run_equals_an_uninterrupted_one(
+    tmp_path: Path, job: list[str], updates: int
+) -> None:
     whole, halves = tmp_path / "whole", tmp_path / "halves"
     steps = [
-        [*JOB, "commander.max_updates=2000", f"runtime.run_dir={whole}"],
-        [*JOB, "commander.max_updates=1000", f"runtime.run_dir={halves}"],
-        ["resume", str(halves), "commander.max_updates=2000"],
+        [*job, f"commander.max_updates={updates}", f"runtime.run_dir={whole}"],
+        [*job, f"commander.max_updates={updates // 2}", f"runtime.run_dir={halves}"],
+        ["resume", str(halves), f"commander.max_updates={updates}"],
     ]
     for args in steps:
         result = run_mpi(4, ["-m", "hpcmarl", *args], timeout=300)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert_runs_equal(whole, halves, updates=2000)
+    assert_runs_equal(whole, halves, updates=updates)
 
 
 def assert_runs_equal(whole: Path, halves: Path, updates: int) -> None:

@@ -128,10 +128,14 @@ class Submitter:
         self.jobs: list[Job] = []
 
     def __call__(
-        self, options: list[str], args: list[str], env: dict[str, str] | None = None
+        self,
+        options: list[str],
+        args: list[str],
+        env: dict[str, str] | None = None,
+        job_file: Path = JOB,
     ) -> Job:
         full_env = {**os.environ, **(env or {})}
-        cmd = ["sbatch", "--parsable", *options, str(TRAIN), str(JOB), *args]
+        cmd = ["sbatch", "--parsable", *options, str(TRAIN), str(job_file), *args]
         done = subprocess.run(
             cmd, capture_output=True, text=True, timeout=60, env=full_env, cwd=self.workdir
         )

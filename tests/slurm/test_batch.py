@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import FINAL_STATES, Job, Submitter
+from .conftest import FINAL_STATES, ROOT, Job, Submitter
 
 pytestmark = pytest.mark.slow
 
@@ -71,6 +71,26 @@ def test_time_limit_checkpoints_requeues_and_resumes(submit: Submitter) -> None:
         job.expect(line.format(id=job.id) in log, f"no line {line!r} (log appended across runs)")
     job.expect(log.index("restart 0") < log.index("resumed from"), "runs out of order")
     job.expect((run_dir(submit, job) / "checkpoints" / "latest").exists(), "no checkpoint")
+
+
+def test_mappo_checkpoints_at_the_time_limit_and_resumes(submit: Submitter) -> None:
+    """The on-policy path through the same cycle: its queues and the commander's books of
+    fragments are in the checkpoint, and the requeued job trains on where it stopped."""
+    mappo = ROOT / "jobs" / "spread_mappo.yaml"
+    job = submit(
+        [*SMALL, "--time=1", "--signal=B:USR1@5"],
+        ["commander.max_wall_time_s=70", "commander.max_env_steps=10000000", *QUICK],
+        job_file=mappo,
+    )
+    job.wait(lambda j: j.restarts >= 1 or j.state in FINAL_STATES, 150, "requeued")
+    job.expect(job.restarts == 1, "ended instead of being requeued")
+    subprocess.run(["scontrol", "update", f"JobId={job.id}", "TimeLimit=4"], check=True)
+    job.wait_final(timeout=240)
+    log = job.text()
+    job.expect(job.state == "COMPLETED" and job.exit_code == 0, "resumed run did not exit 0")
+    for line in ("hpcmarl: resumed from checkpoint", "hpcmarl: finished: wall-time limit reached"):
+        job.expect(line in log, f"no line {line!r}")
+    job.expect("group shared (policies shared)" in log, "not the MAPPO job")
 
 
 def test_crash_is_not_requeued(submit: Submitter) -> None:

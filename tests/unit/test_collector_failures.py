@@ -3,15 +3,17 @@ and the commander releases that task's space; an environment that keeps failing 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from hpcmarl.comm.protocol import Message
 from hpcmarl.comm.transport import LocalTransport
 from hpcmarl.config.schema import JobConfig
-from hpcmarl.launch.build import build_collector, probe_env
+from hpcmarl.launch.build import build_collector, build_population, probe_env
 from hpcmarl.launch.topology import build_topology
 from hpcmarl.metrics import MetricsSink
 from hpcmarl.roles.commander import Commander
+from hpcmarl.roles.param_server import ParameterServer
 
 
 class FailingSteps:
@@ -34,24 +36,29 @@ def setup(tmp_path, fail_on: set[int]):
     cfg = JobConfig()
     cfg.topology.collectors, cfg.topology.learners, cfg.topology.replay_shards = 1, 1, 1
     spec = probe_env(cfg)
-    topology = build_topology(1, cfg.topology, spec.policies)
+    topology = build_topology(1, cfg.topology, spec.training_groups())
     transport = LocalTransport(topology.rank_of, 0)
-    commander = Commander(
-        transport, cfg, topology, MetricsSink(str(tmp_path), open("/dev/null", "w"))
-    )
+    population = build_population(cfg, spec)
+    sink = MetricsSink(str(tmp_path), open("/dev/null", "w"))
+    commander = Commander(transport, cfg, topology, sink, population, spec.bindings("main"))
+    server = ParameterServer("ps0", transport)
+    for key in population.keys():  # the learner's first push, by hand
+        table = server.create_table(key, population.spec(key).to_json())
+        table.set_weights(np.zeros(population.spec(key).size, np.float32))
     collector = build_collector(cfg, spec, topology, transport, "collector0")
     collector.env = FailingSteps(collector.env, fail_on)
     transport.register("replay0")
-    transport.register("ps0")
     transport.send(Message("credit", "replay0", "collector0", {"n": 100}))
-    return commander, collector
+    commander.start()
+    return commander, collector, server
 
 
 def test_env_failure_releases_task_space_and_collector_continues(tmp_path) -> None:
-    commander, collector = setup(tmp_path, fail_on={5})
+    commander, collector, server = setup(tmp_path, fail_on={5})
     for _ in range(20):
         collector.poll()
         commander.poll()
+        server.poll()
     assert commander.collector_space.used == 1  # the failed task was released, a new one runs
     assert collector.env_failures == 1 and collector.task is not None
     rows = (tmp_path / "metrics.jsonl").read_text()
@@ -59,14 +66,16 @@ def test_env_failure_releases_task_space_and_collector_continues(tmp_path) -> No
     steps_before = collector.env_steps
     for _ in range(10):
         collector.poll()
+        server.poll()
     assert collector.env_steps > steps_before
 
 
 def test_env_that_keeps_failing_ends_the_collector(tmp_path) -> None:
-    commander, collector = setup(tmp_path, fail_on=set())
+    commander, collector, server = setup(tmp_path, fail_on=set())
     collector.remake_env = lambda: FailingSteps(collector.env.env, fail_on=set(range(1, 100)))
     collector.env = FailingSteps(collector.env.env, fail_on=set(range(1, 100)))
     with pytest.raises(RuntimeError, match="environment failed 3 time"):
         for _ in range(50):
             collector.poll()
             commander.poll()
+            server.poll()

@@ -102,7 +102,7 @@ def test_save_resolved_then_load_gives_an_equal_config(tmp_path: Path) -> None:
         ("learner.hidden_sizes=[64,64]", "learner", "hidden_sizes", [64, 64]),
         ("env.kwargs={max_cycles: 25}", "env", "kwargs", {"max_cycles": 25}),
         ("env.kwargs.max_cycles=25", "env", "kwargs", {"max_cycles": 25}),
-        ("learner.double_q=false", "learner", "double_q", False),
+        ("learner.ppo.value_norm=false", "learner", "ppo", False),
         ("env.id=Acrobot-v1", "env", "id", "Acrobot-v1"),
         ("agents.mapping=independent", "agents", "mapping", "independent"),
         ("agents.mapping.agent_0=p0", "agents", "mapping", {"agent_0": "p0"}),
@@ -112,7 +112,36 @@ def test_save_resolved_then_load_gives_an_equal_config(tmp_path: Path) -> None:
 def test_override_of_each_type(override: str, section: str, key: str, expected: object) -> None:
     cfg = load_job(None, [override])
     value = getattr(getattr(cfg, section), key)
+    if key == "ppo":
+        value = value.value_norm
     assert value == expected and type(value) is type(expected)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("learner.double_q", "learner.dqn.double_q"),
+        ("learner.target_network_update_freq", "learner.dqn.target_network_update_freq"),
+        ("collector.eps_decay_steps", "learner.dqn.eps_decay_steps"),
+    ],
+)
+def test_a_key_that_moved_is_refused_with_its_new_name(old: str, new: str) -> None:
+    msg = error_of(load_job, None, [f"{old}=1"])
+    assert f"{old} is not a known key" in msg and f"fix: it moved: write {new} instead" in msg
+
+
+def test_presets_fix_their_keys_and_refuse_a_contradiction() -> None:
+    assert load_job(None, ["learner.algo=mappo"]).learner.ppo.critic == "central"
+    assert load_job(None, ["learner.algo=ippo"]).learner.ppo.critic == "local"
+    msg = error_of(load_job, None, ["learner.algo=mappo", "learner.ppo.critic=local"])
+    assert "learner.algo = 'mappo' fixes learner.ppo.critic = 'central'" in msg
+    assert "fix: drop learner.ppo.critic, or use learner.algo=ppo" in msg
+
+
+def test_groups_must_list_policy_ids() -> None:
+    assert "not a valid group mapping" in error_of(job_from_dict, {"agents": {"groups": {"t": []}}})
+    cfg = job_from_dict({"agents": {"groups": {"team": ["a", "b"]}}})
+    assert cfg.agents.groups == {"team": ["a", "b"]}
 
 
 def test_override_of_a_top_level_key_and_order_of_overrides() -> None:
@@ -197,8 +226,8 @@ def test_unknown_key_without_near_match_says_remove_it() -> None:
         ({"learner": {"lr": "fast"}}, "expected a finite number"),
         ({"learner": {"lr": True}}, "expected a finite number"),
         ({"learner": {"lr": math.nan}}, "expected a finite number"),
-        ({"learner": {"double_q": 1}}, "expected true or false"),
-        ({"learner": {"double_q": "true"}}, "expected true or false"),
+        ({"learner": {"dqn": {"double_q": 1}}}, "expected true or false"),
+        ({"learner": {"dqn": {"double_q": "true"}}}, "expected true or false"),
         ({"name": 2024}, 'quote it so YAML reads a string: name: "2024"'),
         ({"learner": {"hidden_sizes": [64, "x"]}}, "expected a list of integers"),
         ({"learner": {"hidden_sizes": 64}}, "expected a list of integers"),
@@ -214,8 +243,8 @@ def test_bad_types_are_refused_with_the_expected_type(data: dict, fragment: str)
 
 
 def test_yaml_words_yes_and_on_are_not_booleans(tmp_path: Path) -> None:
-    msg = error_of(load_job, write(tmp_path, "learner:\n  double_q: yes\n"))
-    assert "learner.double_q = 'yes' has the wrong type: expected true or false" in msg
+    msg = error_of(load_job, write(tmp_path, "learner:\n  dqn:\n    double_q: yes\n"))
+    assert "learner.dqn.double_q = 'yes' has the wrong type: expected true or false" in msg
 
 
 def test_top_level_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
@@ -234,14 +263,30 @@ BAD_VALUES = {
     "env.num_envs": 0,
     "agents.mapping": "shard",
     "agents.strategy_spec_id": "",
-    "learner.algo": "ppo",
+    "learner.algo": "a2c",
     "learner.lr": 0,
     "learner.gamma": 1.5,
     "learner.batch_size": 0,
     "learner.hidden_sizes": [64, 0],
-    "learner.huber_delta": 0,
     "learner.grad_clip": -1,
-    "learner.target_network_update_freq": 0,
+    "learner.dqn.huber_delta": 0,
+    "learner.dqn.target_network_update_freq": 0,
+    "learner.dqn.eps_start": 1.5,
+    "learner.dqn.eps_end": -0.1,
+    "learner.dqn.eps_decay_steps": 0,
+    "learner.ppo.critic": "global",
+    "learner.ppo.batch_fragments": 0,
+    "learner.ppo.epochs": 0,
+    "learner.ppo.minibatches": 0,
+    "learner.ppo.clip": 0,
+    "learner.ppo.value_clip": -0.1,
+    "learner.ppo.gae_lambda": 1.5,
+    "learner.ppo.entropy_coef": -1,
+    "learner.ppo.value_coef": -1,
+    "learner.ppo.value_huber_delta": -1,
+    "learner.ppo.activation": "gelu",
+    "learner.ppo.max_policy_lag": -1,
+    "agents.groups": {"team": "p0"},
     "learner.push_interval": 0,
     "learner.updates_per_task": 0,
     "learner.allreduce": "nccl",
@@ -255,9 +300,6 @@ BAD_VALUES = {
     "replay.insert_credits": 0,
     "collector.fragment_length": 0,
     "collector.fragments_per_task": 0,
-    "collector.eps_start": 1.5,
-    "collector.eps_end": -0.1,
-    "collector.eps_decay_steps": 0,
     "collector.weight_sync_fragments": 0,
     "commander.max_env_steps": 0,
     "commander.max_wall_time_s": -1,
@@ -286,8 +328,11 @@ BAD_VALUES = {
 
 
 def nest(path: str, value: object) -> dict:
-    section, _, key = path.rpartition(".")
-    return {section: {key: value}} if section else {key: value}
+    *sections, key = path.split(".")
+    tree: dict = {key: value}
+    for section in reversed(sections):
+        tree = {section: tree}
+    return tree
 
 
 def test_every_numeric_key_has_a_range_and_every_range_a_test() -> None:
@@ -319,7 +364,8 @@ def test_range_edges(data: dict, fragment: str) -> None:
 def test_range_boundaries_are_allowed() -> None:
     cfg = job_from_dict(nest("learner.gamma", 1) | nest("replay.learning_starts", 0))
     assert cfg.learner.gamma == 1.0 and cfg.replay.learning_starts == 0
-    assert job_from_dict({"collector": {"eps_start": 0.1, "eps_end": 0.1}}).collector.eps_end == 0.1
+    dqn = {"learner": {"dqn": {"eps_start": 0.1, "eps_end": 0.1}}}
+    assert job_from_dict(dqn).learner.dqn.eps_end == 0.1
 
 
 def test_the_documented_message_shape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -334,7 +380,12 @@ def test_the_documented_message_shape(tmp_path: Path, monkeypatch: pytest.Monkey
 @pytest.mark.parametrize(
     ("data", "small", "large"),
     [
-        ({"collector": {"eps_start": 0.1, "eps_end": 0.2}}, "collector.eps_end", "eps_start"),
+        (nest("learner.dqn", {"eps_start": 0.1, "eps_end": 0.2}), "learner.dqn.eps_end", "eps_st"),
+        (
+            nest("learner.ppo", {"batch_fragments": 2, "minibatches": 4}),
+            "learner.ppo.minibatches",
+            "batc",
+        ),
         ({"replay": {"table_capacity": 100}}, "replay.learning_starts", "table_capacity"),
         ({"replay": {"table_capacity": 32, "learning_starts": 0}}, "learner.batch_size", "capa"),
     ],
@@ -408,4 +459,5 @@ def test_explain_mentions_every_key_with_type_default_and_help() -> None:
         assert f"{path}:" in text, path
     assert "learner.lr: float = 0.001  [must be > 0]" in text
     assert "Adam learning rate." in text
-    assert "collector.eps_end <= collector.eps_start" in text
+    assert "learner.dqn.eps_end <= learner.dqn.eps_start" in text
+    assert "mappo  PPO with a centralised critic" in text and "keys in learner.ppo" in text

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from hpcmarl.algos import ALGORITHMS, DQN, QActor, check_fits
+from hpcmarl.algos.actors import EpsilonGreedyActor
+from hpcmarl.algos.contract import run_update
+from hpcmarl.algos.dqn import DQN
 from hpcmarl.algos.networks import (
     get_flat,
     get_flat_grad,
@@ -16,8 +18,9 @@ from hpcmarl.algos.networks import (
     set_flat,
     set_flat_grad,
 )
-from hpcmarl.config.schema import LearnerConfig
+from hpcmarl.algos.registry import algorithm_class, check_fits
 from hpcmarl.errors import ConfigError, EnvError
+from hpcmarl.testing.groups import group_of, job_with
 
 torch.set_num_threads(1)
 
@@ -38,8 +41,17 @@ def make_batch(rows: int = 8, seed: int = 0) -> dict[str, np.ndarray]:
 
 def make_dqn(seed: int = 0, **overrides: object) -> DQN:
     settings: dict = {"hidden_sizes": [8], "lr": 1e-2, **overrides}
-    cfg = LearnerConfig(**settings)
-    return DQN(OBS_DIM, N_ACTIONS, cfg, seed=seed)
+    return DQN(group_of(OBS_DIM, N_ACTIONS), job_with(**settings), seed=seed)
+
+
+def weights(dqn: DQN) -> np.ndarray:
+    return dqn.publish()["main/shared"]
+
+
+def update(dqn: DQN, batch: dict, importance: np.ndarray | None = None) -> tuple[dict, np.ndarray]:
+    result = run_update(dqn, batch, importance)
+    assert result.priorities is not None
+    return result.stats, result.priorities
 
 
 def perturb_target(dqn: DQN) -> None:
@@ -69,7 +81,7 @@ def hand_td(dqn: DQN, batch: dict[str, np.ndarray], double_q: bool) -> np.ndarra
 
 @pytest.mark.parametrize("double_q", [True, False])
 def test_target_matches_hand_computation(double_q: bool) -> None:
-    dqn = make_dqn(double_q=double_q)
+    dqn = make_dqn(dqn__double_q=double_q)
     perturb_target(dqn)
     batch = make_batch()
     _, _, td = dqn.compute_gradients(batch, None)
@@ -114,84 +126,87 @@ def test_importance_weights_scale_the_loss() -> None:
 
 
 def test_target_network_copies_every_n_updates_and_not_before() -> None:
-    dqn = make_dqn(target_network_update_freq=3)
+    dqn = make_dqn(dqn__target_network_update_freq=3)
     batch = make_batch()
     initial = get_flat(dqn.q_target)
-    np.testing.assert_array_equal(initial, dqn.get_weights())
+    np.testing.assert_array_equal(initial, weights(dqn))
     for _ in range(2):
-        dqn.update(batch)
+        update(dqn, batch)
         np.testing.assert_array_equal(get_flat(dqn.q_target), initial)
-    dqn.update(batch)
+    update(dqn, batch)
     assert dqn.updates == 3
     copied = get_flat(dqn.q_target)
-    np.testing.assert_array_equal(copied, dqn.get_weights())
-    dqn.update(batch)
-    dqn.update(batch)
+    np.testing.assert_array_equal(copied, weights(dqn))
+    update(dqn, batch)
+    update(dqn, batch)
     np.testing.assert_array_equal(get_flat(dqn.q_target), copied)
-    assert not np.array_equal(dqn.get_weights(), copied)
+    assert not np.array_equal(weights(dqn), copied)
 
 
 def test_compute_plus_apply_equals_update_bitwise() -> None:
     split, fused = make_dqn(seed=7), make_dqn(seed=7)
     for step in range(5):
-        batch, weights = make_batch(seed=step), np.full(8, 0.5, np.float32)
-        grad, stats_a, td_a = split.compute_gradients(batch, weights)
+        batch, importance = make_batch(seed=step), np.full(8, 0.5, np.float32)
+        grad, stats_a, td_a = split.compute_gradients(batch, importance)
         split.apply_gradients(grad)
-        stats_b, td_b = fused.update(batch, weights)
-        np.testing.assert_array_equal(td_a, td_b)
+        stats_b, td_b = update(fused, batch, importance)
+        np.testing.assert_array_equal(np.abs(td_a), td_b)
         assert stats_a["loss"] == stats_b["loss"]
-    np.testing.assert_array_equal(split.get_weights(), fused.get_weights())
+    np.testing.assert_array_equal(weights(split), weights(fused))
 
 
 def test_weights_round_trip_and_are_copies() -> None:
     source, sink = make_dqn(seed=1), make_dqn(seed=2)
-    flat = source.get_weights()
+    flat = weights(source)
     assert flat.dtype == np.float32 and flat.ndim == 1
-    sink.set_weights(flat)
-    np.testing.assert_array_equal(sink.get_weights(), flat)
+    set_flat(sink.q, flat)
+    np.testing.assert_array_equal(weights(sink), flat)
     flat[:] = 0.0  # a copy: scribbling on it must not touch either model
-    assert np.any(source.get_weights() != 0.0) and np.any(sink.get_weights() != 0.0)
+    assert np.any(weights(source) != 0.0) and np.any(weights(sink) != 0.0)
 
 
 def test_state_dict_round_trip_resumes_bit_for_bit() -> None:
-    original = make_dqn(seed=3, target_network_update_freq=2)
+    original = make_dqn(seed=3, dqn__target_network_update_freq=2)
     for step in range(3):
-        original.update(make_batch(seed=step))
+        update(original, make_batch(seed=step))
     state = original.state_dict()
     assert all(isinstance(v, np.ndarray) and v.dtype != object for v in state.values())
-    restored = make_dqn(seed=99, target_network_update_freq=2)
+    restored = make_dqn(seed=99, dqn__target_network_update_freq=2)
     restored.load_state_dict(state)
     assert restored.updates == 3
     for key, value in restored.state_dict().items():
         np.testing.assert_array_equal(value, state[key])
     for step in range(3, 6):  # optimizer moments and target schedule carry over exactly
-        original.update(make_batch(seed=step))
-        restored.update(make_batch(seed=step))
-    np.testing.assert_array_equal(restored.get_weights(), original.get_weights())
+        update(original, make_batch(seed=step))
+        update(restored, make_batch(seed=step))
+    np.testing.assert_array_equal(weights(restored), weights(original))
     np.testing.assert_array_equal(get_flat(restored.q_target), get_flat(original.q_target))
 
 
 def test_actor_with_dqn_weights_picks_dqn_greedy_actions() -> None:
-    dqn = make_dqn(seed=4)
-    actor = QActor(OBS_DIM, N_ACTIONS, [8])
-    actor.set_weights(dqn.get_weights())
+    dqn = make_dqn(seed=4, dqn__eps_start=1.0, dqn__eps_end=0.0, dqn__eps_decay_steps=100)
+    (spec,) = DQN.policy_specs(dqn.group, dqn.job).values()
+    actor = EpsilonGreedyActor(spec)
+    actor.set_weights(weights(dqn))
     obs = np.random.default_rng(0).standard_normal((64, OBS_DIM)).astype(np.float32)
     rng = np.random.default_rng(0)
-    actions = actor.act(obs, 0.0, rng)
+    actions = actor.act(obs, rng, env_steps=100, greedy=False).actions
     assert actions.dtype == np.int64 and actions.shape == (64,)
     np.testing.assert_array_equal(actions, q_values(dqn.q, obs).argmax(axis=1))
-    random = actor.act(obs, 1.0, rng)
+    greedy = actor.act(obs, rng, env_steps=0, greedy=True).actions
+    np.testing.assert_array_equal(greedy, actions)
+    random = actor.act(obs, rng, env_steps=0, greedy=False).actions  # epsilon 1 at the start
     assert random.dtype == np.int64 and set(random.tolist()) == set(range(N_ACTIONS))
-    mixed = actor.act(obs, 0.5, rng)
+    mixed = actor.act(obs, rng, env_steps=50, greedy=False).actions  # epsilon 0.5
     assert 0 < np.count_nonzero(mixed != actions) < 64
 
 
 def test_repeated_updates_on_a_fixed_batch_drive_the_loss_down() -> None:
-    dqn = make_dqn(seed=5, hidden_sizes=[32], target_network_update_freq=10_000)
+    dqn = make_dqn(seed=5, hidden_sizes=[32], dqn__target_network_update_freq=10_000)
     batch = make_batch(rows=32)
-    first, _ = dqn.update(batch)
+    first, _ = update(dqn, batch)
     for _ in range(200):
-        last, _ = dqn.update(batch)
+        last, _ = update(dqn, batch)
     assert last["loss"] < 0.1 * first["loss"]
 
 
@@ -210,9 +225,9 @@ def test_flat_helpers_follow_the_spec_and_check_sizes() -> None:
 
 
 def test_check_fits_wants_discrete_actions() -> None:
-    assert ALGORITHMS["dqn"] is DQN
+    assert algorithm_class("dqn") is DQN
     check_fits("dqn", gymnasium.spaces.Discrete(2))
     with pytest.raises(EnvError, match="Discrete"):
         check_fits("dqn", gymnasium.spaces.Box(-1.0, 1.0, (2,)))
     with pytest.raises(ConfigError, match="dqn"):
-        check_fits("ppo", gymnasium.spaces.Discrete(2))
+        check_fits("a2c", gymnasium.spaces.Discrete(2))

@@ -9,16 +9,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hpcmarl.algos.actors import build_actor
 from hpcmarl.algos.bc import BehaviourCloning
-from hpcmarl.algos.dqn import QActor
+from hpcmarl.algos.contract import run_update
+from hpcmarl.algos.registry import check_job
 from hpcmarl.analysis.synthetic import write_synthetic_log
 from hpcmarl.config.loader import load_job
 from hpcmarl.errors import ConfigError, UserError
 from hpcmarl.launch.build import EnvSpec
-from hpcmarl.replay.offline import BATCH_COLUMNS, check_dataset, load_share, plan_offline
+from hpcmarl.replay.offline import BATCH_COLUMNS, check_dataset, load_share
 from hpcmarl.replay.table import ReplayTable
 from hpcmarl.roles.state_tree import nest
 from hpcmarl.storage import write_tree_atomic
+from hpcmarl.testing.groups import group_of
 
 AGENTS = ["a", "b"]
 SHARED = {"a": "shared", "b": "shared"}
@@ -148,27 +151,33 @@ def test_refusals_name_the_cause_and_the_fix(logs: Path, tmp_path: Path) -> None
     assert "fix:" in refusal(broken)
 
 
-def test_behaviour_cloning_needs_a_dataset() -> None:
+def test_behaviour_cloning_needs_a_dataset_and_ppo_refuses_one(tmp_path: Path) -> None:
     cfg = load_job(None, ["learner.algo=bc"])
     with pytest.raises(ConfigError, match="bc imitates a dataset.*fix: set offline.dataset"):
-        plan_offline(cfg, spec(SHARED), fresh=True)
+        check_job(cfg, {"shared": ["shared"]})
+    ppo = load_job(None, ["learner.algo=mappo", f"offline.dataset={tmp_path}"])
+    with pytest.raises(ConfigError, match="learns on-policy.*fix: use learner.algo=dqn or bc"):
+        check_job(ppo, {"shared": ["shared"]})
 
 
 def test_behaviour_cloning_learns_the_datasets_actions() -> None:
-    cfg = load_job(None, ["learner.hidden_sizes=[32]", "learner.lr=0.01"]).learner
-    bc = BehaviourCloning(4, 3, cfg, seed=0)
+    job = load_job(None, ["learner.hidden_sizes=[32]", "learner.lr=0.01"])
+    bc = BehaviourCloning(group_of(4, 3), job, seed=0)
     rng = np.random.default_rng(0)
     obs = rng.standard_normal((2048, 4)).astype(np.float32)
     actions = np.digitize(obs[:, 0] + obs[:, 1], [-0.5, 0.5]).astype(np.int64)
     for _ in range(400):
         rows = rng.integers(0, len(obs), 64)
-        stats, errors = bc.update({"observations": obs[rows], "actions": actions[rows]})
-        assert errors.shape == (64,) and (errors >= 0).all()
-    assert stats["accuracy"] > 0.9
-    actor = QActor(4, 3, cfg.hidden_sizes)
-    actor.set_weights(bc.get_weights())
-    assert (actor.greedy(obs) == actions).mean() > 0.9
-    restored = BehaviourCloning(4, 3, cfg, seed=1)
+        result = run_update(bc, {"observations": obs[rows], "actions": actions[rows]})
+        errors = result.priorities
+        assert errors is not None and errors.shape == (64,) and (errors >= 0).all()
+    assert result.stats["accuracy"] > 0.9
+    (policy,) = BehaviourCloning.policy_specs(bc.group, job).values()
+    actor = build_actor(policy)
+    actor.set_weights(bc.publish()[policy.key])
+    greedy = actor.act(obs, rng, env_steps=0, greedy=False).actions  # epsilon 0: BC's actor
+    assert (greedy == actions).mean() > 0.9
+    restored = BehaviourCloning(group_of(4, 3), job, seed=1)
     restored.load_state_dict(bc.state_dict())
-    np.testing.assert_array_equal(restored.get_weights(), bc.get_weights())
+    np.testing.assert_array_equal(restored.group_weights(), bc.group_weights())
     assert restored.updates == 400

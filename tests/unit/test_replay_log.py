@@ -63,8 +63,9 @@ def write_fragments(writer: ReplayLogWriter, fragments: range) -> list[dict[str,
     for f in fragments:
         for policy in ("p0", "p1"):
             b = batch(policy, f)
-            writer.append(policy, b)
+            writer.append(b)
             sent.append(b)
+        writer.end_fragment()
     return sent
 
 
@@ -125,14 +126,16 @@ def test_h5dump_reads_the_log(tmp_path: Path) -> None:
     assert header.returncode == 0 and "wallclock" in header.stdout
 
 
-def test_rows_wait_for_flush_every_fragments_of_every_policy(tmp_path: Path) -> None:
+def test_rows_wait_for_flush_every_fragments(tmp_path: Path) -> None:
     path = tmp_path / "log.h5"
     writer = make_writer(path, flush_every=2)
-    writer.append("p0", batch("p0", 0))
-    writer.append("p1", batch("p1", 0))
-    writer.append("p0", batch("p0", 1))
+    writer.append(batch("p0", 0))
+    writer.append(batch("p1", 0))
+    writer.end_fragment()
+    writer.append(batch("p0", 1))
+    writer.append(batch("p1", 1))
     assert rows_on_disk(path) == [0, 0, 0]
-    writer.append("p1", batch("p1", 1))
+    writer.end_fragment()
     assert rows_on_disk(path) == [12, 12, 12]
     writer.close()
 
@@ -148,7 +151,7 @@ def test_writer_keeps_copies_of_the_rows_it_is_given(tmp_path: Path) -> None:
     writer = make_writer(path, flush_every=3, agents=["a"])
     b = {n: c for n, c in batch("p0", 0).items()}
     expected = {n: c.copy() for n, c in b.items()}
-    writer.append("p0", b)
+    writer.append(b)
     for column in b.values():
         column[...] = 0  # the collector reuses or sends the buffer on
     writer.close()
@@ -158,20 +161,18 @@ def test_writer_keeps_copies_of_the_rows_it_is_given(tmp_path: Path) -> None:
 
 def test_misuse_is_refused_with_the_reason(tmp_path: Path) -> None:
     writer = make_writer(tmp_path / "log.h5")
-    with pytest.raises(ValueError, match="unknown policy"):
-        writer.append("p9", batch("p0", 0))
     wrong = batch("p0", 0)
-    wrong["agent_id"][:] = 1
-    with pytest.raises(ValueError, match="agents other than"):
-        writer.append("p0", wrong)
+    wrong["agent_id"][:] = 7
+    with pytest.raises(ValueError, match="agent ids \\[7\\]"):
+        writer.append(wrong)
     short = batch("p0", 0)
     short["rewards"] = short["rewards"][:2]
     with pytest.raises(ValueError, match="rewards"):
-        writer.append("p0", short)
+        writer.append(short)
     writer.close()
     writer.close()  # idempotent
     with pytest.raises(ValueError, match="after close"):
-        writer.append("p0", batch("p0", 0))
+        writer.append(batch("p0", 0))
 
 
 KILLED = textwrap.dedent(
@@ -182,8 +183,9 @@ KILLED = textwrap.dedent(
     from pathlib import Path
     writer = make_writer(Path({path!r}), flush_every=2)
     for f in range(5):  # two flushes (fragments 0-3), fragment 4 waits in memory
-        writer.append("p0", batch("p0", f))
-        writer.append("p1", batch("p1", f))
+        writer.append(batch("p0", f))
+        writer.append(batch("p1", f))
+        writer.end_fragment()
     os._exit(0)  # killed: no close, no atexit, no flush
     """
 )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpcmarl.roles.task_space import TaskSpace, linear_epsilon
+from hpcmarl.algos.actors import linear_epsilon
+from hpcmarl.roles.task_space import TaskSpace
 
 
 def test_task_space_limits_pauses_and_resumes() -> None:

@@ -10,19 +10,19 @@ from hpcmarl.launch.topology import build_topology
 
 
 def test_default_layout_on_16_ranks_is_one_role_per_rank() -> None:
-    topo = build_topology(16, TopologyConfig(), ["shared"])
+    topo = build_topology(16, TopologyConfig(), {"shared": ["shared"]})
     assert topo.rank_of["commander"] == 0
     assert topo.rank_of["ps0"] == 1
     assert [topo.rank_of[f"replay{i}"] for i in range(2)] == [2, 3]
     assert [topo.rank_of[f"learner{i}"] for i in range(2)] == [4, 5]
     assert sorted(topo.rank_of[f"collector{i}"] for i in range(10)) == list(range(6, 16))
     assert all(len(topo.roles_on(r)) == 1 for r in range(16))
-    assert topo.learners_of_policy == {"shared": ["learner0", "learner1"]}
+    assert topo.learners_of_group == {"shared": ["learner0", "learner1"]}
 
 
 @pytest.mark.parametrize("world", [1, 2, 5])
 def test_small_worlds_colocate_every_role(world: int) -> None:
-    topo = build_topology(world, TopologyConfig(), ["shared"])
+    topo = build_topology(world, TopologyConfig(), {"shared": ["shared"]})
     assert set(topo.rank_of.values()) <= set(range(world))
     assert topo.rank_of["commander"] == 0
     assert len(topo.names("collector")) == 10
@@ -33,40 +33,40 @@ def test_small_worlds_colocate_every_role(world: int) -> None:
 
 
 def test_one_process_hosts_everything_with_one_learner() -> None:
-    topo = build_topology(1, TopologyConfig(), ["shared"])
+    topo = build_topology(1, TopologyConfig(), {"shared": ["shared"]})
     assert set(topo.rank_of.values()) == {0}
     assert topo.names("learner") == ["learner0"]
     assert any("learners requested" in note for note in topo.notes)
 
 
 def test_five_ranks_spread_collectors_evenly() -> None:
-    topo = build_topology(5, TopologyConfig(), ["shared"])
+    topo = build_topology(5, TopologyConfig(), {"shared": ["shared"]})
     per_rank = [sum(1 for n in topo.roles_on(r) if n.startswith("collector")) for r in range(5)]
     assert max(per_rank) - min(per_rank) <= 2
 
 
 def test_world_too_small_without_colocation_names_the_fix() -> None:
     with pytest.raises(TopologyError) as err:
-        build_topology(5, TopologyConfig(colocate=False), ["shared"])
+        build_topology(5, TopologyConfig(colocate=False), {"shared": ["shared"]})
     text = str(err.value)
     assert "needs 16 ranks" in text and "world has 5" in text and "mpirun -n 16" in text
 
 
 def test_independent_policies_share_out_learners() -> None:
-    topo = build_topology(16, TopologyConfig(), ["agent_0", "agent_1", "agent_2"])
-    assert topo.policies_of_learner == {"learner0": ["agent_0", "agent_2"], "learner1": ["agent_1"]}
+    topo = build_topology(16, TopologyConfig(), {a: [a] for a in ("agent_0", "agent_1", "agent_2")})
+    assert topo.groups_of_learner == {"learner0": ["agent_0", "agent_2"], "learner1": ["agent_1"]}
     assert topo.group_color(4) is None
 
 
 def test_data_parallel_groups_get_a_communicator_color() -> None:
-    topo = build_topology(16, TopologyConfig(learners=4), ["a", "b"])
-    assert topo.learners_of_policy == {"a": ["learner0", "learner2"], "b": ["learner1", "learner3"]}
+    topo = build_topology(16, TopologyConfig(learners=4), {"a": ["a"], "b": ["b"]})
+    assert topo.learners_of_group == {"a": ["learner0", "learner2"], "b": ["learner1", "learner3"]}
     colors = {topo.group_color(topo.rank_of[f"learner{i}"]) for i in range(4)}
     assert colors == {0, 1}
     assert topo.group_color(0) is None
 
 
 def test_extra_ranks_are_reported_idle() -> None:
-    topo = build_topology(18, TopologyConfig(), ["shared"])
+    topo = build_topology(18, TopologyConfig(), {"shared": ["shared"]})
     assert topo.roles_on(17) == []
     assert any("host no role" in note for note in topo.notes)

@@ -22,10 +22,15 @@ from mpi4py import MPI
 
 from hpcmarl.algos.dqn import DQN
 from hpcmarl.comm.allreduce import SoloAverager, digest, drift_report, make_averager
-from hpcmarl.config.schema import LearnerConfig
+from hpcmarl.config.schema import JobConfig
 from hpcmarl.errors import ConfigError
+from hpcmarl.testing.groups import group_of as solo_group
 
 SEED = 11
+
+
+def make_dqn(seed: int = SEED) -> DQN:
+    return DQN(solo_group(4, 2), JobConfig(), seed)
 
 
 def batch(rank: int, size: int = 64) -> dict[str, np.ndarray]:
@@ -37,6 +42,10 @@ def batch(rank: int, size: int = 64) -> dict[str, np.ndarray]:
         "next_observations": rng.standard_normal((size, 4)).astype(np.float32),
         "terminations": rng.random(size) < 0.1,
         "truncations": np.zeros(size, dtype=bool),
+        "agent_id": np.zeros(size, np.int16),
+        "episode_id": np.zeros(size, np.int64),
+        "step": np.arange(size, dtype=np.int32),
+        "policy_version": np.ones(size, np.int64),
     }
 
 
@@ -45,7 +54,7 @@ def relative_error(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def check_broadcast(av: SoloAverager, rank: int) -> None:
-    algo = DQN(4, 2, LearnerConfig(), SEED)
+    algo = make_dqn()
     root = algo.group_weights()
     if rank > 0:  # a member that started apart, e.g. from another checkpoint
         algo.load_group_weights(root + rank)
@@ -54,8 +63,7 @@ def check_broadcast(av: SoloAverager, rank: int) -> None:
 
 
 def check_gradients(av: SoloAverager, rank: int) -> None:
-    cfg = LearnerConfig()
-    grads = [DQN(4, 2, cfg, SEED).compute_gradients(batch(r), None)[0] for r in range(av.size)]
+    grads = [make_dqn().compute_gradients(batch(r), None)[0] for r in range(av.size)]
     want = np.mean(np.stack(grads).astype(np.float64), axis=0)
     got = av.average(grads[rank].copy())
     assert relative_error(got, want) <= 1e-6, f"DQN gradient off by {relative_error(got, want)}"
@@ -66,7 +74,7 @@ def check_gradients(av: SoloAverager, rank: int) -> None:
 
 
 def train(av: SoloAverager, rank: int, steps: int) -> DQN:
-    algo = DQN(4, 2, LearnerConfig(), SEED)
+    algo = make_dqn()
     for _ in range(steps):
         algo.apply_gradients(av.average(algo.compute_gradients(batch(rank), None)[0]))
     return algo
@@ -74,12 +82,12 @@ def train(av: SoloAverager, rank: int, steps: int) -> DQN:
 
 def check_training(av: SoloAverager, rank: int, members: list[str]) -> None:
     algo = train(av, rank, 100)
-    row = np.array([algo.updates, digest(algo.group_weights())])
+    row = np.array([algo.steps, digest(algo.group_weights())])
     rows = av.gather(row)
     assert rows.shape == (av.size, 2), rows.shape
     assert drift_report(rows, members) is None, drift_report(rows, members)
-    start = DQN(4, 2, LearnerConfig(), SEED).get_weights()
-    assert relative_error(algo.get_weights(), start) > 1e-3, "100 updates changed nothing"
+    start = make_dqn().group_weights()
+    assert relative_error(algo.group_weights(), start) > 1e-3, "100 updates changed nothing"
     bad = row.copy()
     if rank == av.size - 1:
         bad[1] ^= 1  # one weight bit flipped, as far as the digest can tell

@@ -13,24 +13,30 @@ from collections.abc import Callable
 import numpy as np
 
 from hpcmarl.algos.dqn import DQN
+from hpcmarl.algos.networks import get_flat, set_flat
 from hpcmarl.comm.allreduce import SoloAverager, digest
 from hpcmarl.comm.protocol import Message
 from hpcmarl.comm.transport import LocalTransport
-from hpcmarl.config.schema import LearnerConfig
-from hpcmarl.roles.learner import Learner, PolicyTrainer
+from hpcmarl.config.schema import JobConfig
+from hpcmarl.roles.learner import GroupTrainer, Learner
+from hpcmarl.testing.groups import group_of
 
 DRIFT_CHECK_INTERVAL = 5
 
 
 def make_learner(av: SoloAverager, members: list[str]) -> Learner:
-    cfg = LearnerConfig()
-    cfg.drift_check_interval = DRIFT_CHECK_INTERVAL  # type: ignore[attr-defined]
-    algo = DQN(4, 2, cfg, seed=av.rank)  # every member starts from different weights
-    trainer = PolicyTrainer("p", "s/p", algo, av, av.rank == 0, members=members)
+    job = JobConfig()
+    job.learner.drift_check_interval = DRIFT_CHECK_INTERVAL
+    job.replay.prioritized = False
+    group = group_of(4, 2)
+    algo = DQN(group, job, seed=av.rank)  # every member starts from different weights
+    items, specs = DQN.item_spec(group, job), DQN.policy_specs(group, job)
+    servers = dict.fromkeys(specs, "ps0")
+    trainer = GroupTrainer("shared", algo, items, specs, av, av.rank == 0, servers, members)
     transport = LocalTransport({}, 0)
     for peer in ("commander", "ps0", "replay0"):
         transport.register(peer)
-    return Learner(members[av.rank], transport, cfg, [trainer], ["replay0"], {"p": "ps0"}, False)
+    return Learner(members[av.rank], transport, job.learner, [trainer], ["replay0"])
 
 
 def poll_until(
@@ -54,7 +60,7 @@ def give_task(learner: Learner, batch: dict, task_id: int, updates: int, late_s:
     )
     commander = learner.transport.inboxes["commander"]
     deadline = time.monotonic() + late_s
-    meta = {"policy": "p"}
+    meta = {"group": "shared"}
     samples = [Message("sample", "replay0", learner.name, meta, dict(batch))] * updates
 
     def finished() -> bool:
@@ -67,7 +73,7 @@ def give_task(learner: Learner, batch: dict, task_id: int, updates: int, late_s:
 
 
 def weights_row(learner: Learner) -> np.ndarray:
-    algo = learner.trainers["p"].algo
+    algo = learner.trainers["shared"].algo
     return np.array([algo.updates, digest(algo.group_weights())])
 
 
@@ -82,14 +88,15 @@ def check_learners(av: SoloAverager, members: list[str], batch: dict) -> None:
     rows = av.gather(weights_row(learner))
     assert (rows == rows[0]).all() and rows[0][0] == 12, f"members apart after a task: {rows}"
     if av.rank == late:  # a learner gone astray: one weight off by a little
-        algo = learner.trainers["p"].algo
-        weights = algo.get_weights()
+        algo = learner.trainers["shared"].algo
+        assert isinstance(algo, DQN)
+        weights = get_flat(algo.q)
         weights[0] += 1e-3
-        algo.set_weights(weights)
+        set_flat(algo.q, weights)
     try:
         give_task(learner, batch, 2, 4, late_s=0.0)
     except RuntimeError as err:
         text = str(err)
-        assert f"{members[late]} differ from" in text and "policy p" in text, text
+        assert f"{members[late]} differ from" in text and "group shared" in text, text
         return
     raise AssertionError("a drifted learner went unnoticed")

@@ -1,0 +1,187 @@
+"""Actors: the acting half of a policy, built from its `PolicySpec`, for collectors and evals.
+
+An actor owns its exploration. `EpsilonGreedyActor` (DQN, BC) takes a random action with
+probability epsilon, which decays with the job's global env-step count; `CategoricalActor` (PPO)
+samples from its softmax and records the log-probability of what it took. Both take greedy
+actions when asked (evaluation) and honour action masks: a masked action is never chosen, by
+the greedy rule, by exploration or by sampling.
+
+Forward passes call `F.linear` on the layers' own tensors instead of `nn.Sequential`: the same
+arithmetic at about half the per-call overhead, which dominates for small batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from hpcmarl.algos.contract import Actor, ActResult, PolicySpec
+from hpcmarl.algos.networks import mlp, param_spec, set_flat
+from hpcmarl.errors import ConfigError
+
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.relu_,
+    "tanh": torch.tanh_,
+}
+
+
+def linear_epsilon(env_steps: int, start: float, end: float, decay_steps: float) -> float:
+    """eps = start + (end - start) * min(1, env_steps / decay_steps)."""
+    frac = min(1.0, env_steps / max(1.0, decay_steps))
+    return start + (end - start) * frac
+
+
+class NetworkActor:
+    """An MLP laid out as the spec says, loaded from flat vectors, without gradients."""
+
+    def __init__(self, spec: PolicySpec) -> None:
+        self.spec = spec
+        self.n_actions = spec.n_actions
+        with torch.random.fork_rng(devices=[]):  # its weights come from the server anyway
+            self.net = mlp(spec.in_dim, spec.hidden_sizes, spec.n_actions, spec.activation)
+        self.net.requires_grad_(False)
+        held = tuple(param_spec(self.net))
+        if held != spec.params:
+            raise ValueError(f"policy {spec.key}: the spec lists {spec.params}, the actor {held}")
+        self._layers = [(m.weight, m.bias) for m in self.net if isinstance(m, torch.nn.Linear)]
+        self._activation = _ACTIVATIONS[spec.activation]
+
+    def set_weights(self, flat: np.ndarray) -> None:
+        """Load weights pulled from the parameter server (in place: `_layers` stays valid)."""
+        set_flat(self.net, flat)
+
+    def scores(self, obs: np.ndarray, agent_index: np.ndarray | None = None) -> torch.Tensor:
+        """The network's outputs (Q-values or logits) for a batch [B, obs_dim]."""
+        if self.spec.agent_ids:
+            if agent_index is None:
+                raise ValueError(f"policy {self.spec.key} needs each row's agent index")
+            obs = with_agent_ids(obs, agent_index, self.spec.agent_ids)
+        with torch.inference_mode():
+            h = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32))
+            for weight, bias in self._layers[:-1]:
+                h = self._activation(F.linear(h, weight, bias))
+            return F.linear(h, *self._layers[-1])
+
+
+class EpsilonGreedyActor(NetworkActor):
+    """argmax of the scores, or with probability epsilon a uniformly random (legal) action."""
+
+    def act(
+        self,
+        obs: np.ndarray,
+        rng: np.random.Generator,
+        *,
+        env_steps: int,
+        greedy: bool,
+        action_mask: np.ndarray | None = None,
+        recurrent_state: np.ndarray | None = None,
+        agent_index: np.ndarray | None = None,
+    ) -> ActResult:
+        size = obs.shape[0]
+        explore = self.spec.exploration()
+        epsilon = 0.0 if greedy else linear_epsilon(env_steps, *_eps(explore))
+        if epsilon <= 0:
+            return ActResult(self.greedy(obs, action_mask, agent_index))
+        exploring = rng.random(size) < epsilon
+        n_explore = int(np.count_nonzero(exploring))
+        if n_explore == size:  # the forward pass is skipped when every row explores
+            return ActResult(random_actions(rng, size, self.n_actions, action_mask))
+        actions = self.greedy(obs, action_mask, agent_index)
+        if n_explore:
+            mask = None if action_mask is None else action_mask[exploring]
+            actions[exploring] = random_actions(rng, n_explore, self.n_actions, mask)
+        return ActResult(actions)
+
+    def greedy(
+        self,
+        obs: np.ndarray,
+        action_mask: np.ndarray | None = None,
+        agent_index: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """argmax_a Q(obs, a) over the legal actions, as int64 [B]."""
+        scores = self.scores(obs, agent_index)
+        if action_mask is not None:
+            scores = scores.masked_fill(~torch.from_numpy(action_mask), -torch.inf)
+        return scores.argmax(dim=1).numpy()
+
+
+class CategoricalActor(NetworkActor):
+    """Samples from softmax(logits) over the legal actions and records `log_probs`."""
+
+    def act(
+        self,
+        obs: np.ndarray,
+        rng: np.random.Generator,
+        *,
+        env_steps: int,
+        greedy: bool,
+        action_mask: np.ndarray | None = None,
+        recurrent_state: np.ndarray | None = None,
+        agent_index: np.ndarray | None = None,
+    ) -> ActResult:
+        logits = self.scores(obs, agent_index)
+        if action_mask is not None:
+            logits = logits.masked_fill(~torch.from_numpy(action_mask), -torch.inf)
+        log_probs = torch.log_softmax(logits, dim=1).numpy()
+        if greedy:
+            actions = log_probs.argmax(axis=1)
+        else:  # inverse CDF with the collector's own generator: reproducible and checkpointed
+            cdf = np.cumsum(np.exp(log_probs, dtype=np.float64), axis=1)
+            u = rng.random(len(cdf))[:, None] * cdf[:, -1:]
+            actions = np.minimum((cdf <= u).sum(axis=1), self.n_actions - 1)
+            if action_mask is not None:  # rounding can never land on a masked action
+                actions = _nearest_legal(actions, action_mask)
+        rows = np.arange(len(actions))
+        taken = log_probs[rows, actions].astype(np.float32)
+        return ActResult(actions.astype(np.int64), {"log_probs": taken})
+
+
+def with_agent_ids(obs: np.ndarray, agent_index: np.ndarray, width: int) -> np.ndarray:
+    """Each row of `obs` with the one-hot of its agent index appended."""
+    one_hot = np.zeros((len(obs), width), np.float32)
+    one_hot[np.arange(len(obs)), agent_index] = 1.0
+    return np.concatenate([obs, one_hot], axis=1)
+
+
+def random_actions(
+    rng: np.random.Generator, size: int, n_actions: int, mask: np.ndarray | None
+) -> np.ndarray:
+    """Uniform actions, among the legal ones when a mask [size, n_actions] is given."""
+    if mask is None:
+        return np.asarray(rng.integers(n_actions, size=size, dtype=np.int64))
+    legal = mask.sum(axis=1)
+    pick = np.floor(rng.random(size) * legal).astype(np.int64)
+    order = np.cumsum(mask, axis=1) - 1  # rank of each legal action in its row
+    return np.argmax((order == pick[:, None]) & mask, axis=1).astype(np.int64)
+
+
+def _nearest_legal(actions: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    bad = ~mask[np.arange(len(actions)), actions]
+    if bad.any():
+        actions = actions.copy()
+        actions[bad] = np.argmax(mask[bad], axis=1)
+    return actions
+
+
+def _eps(explore: dict[str, float]) -> tuple[float, float, float]:
+    return explore.get("eps_start", 0.0), explore.get("eps_end", 0.0), explore.get("eps_decay", 1)
+
+
+ACTOR_KINDS: dict[str, type[NetworkActor]] = {
+    "epsilon_greedy": EpsilonGreedyActor,
+    "categorical": CategoricalActor,
+}
+"""Actor classes by `PolicySpec.actor`."""
+
+
+def build_actor(spec: PolicySpec) -> Actor:
+    """The actor a PolicySpec describes."""
+    if spec.actor not in ACTOR_KINDS:
+        raise ConfigError(
+            f"policy {spec.key} needs actor kind {spec.actor!r}, which this hpcmarl lacks",
+            f"use a policy whose actor is one of {sorted(ACTOR_KINDS)}",
+        )
+    return ACTOR_KINDS[spec.actor](spec)  # type: ignore[return-value]

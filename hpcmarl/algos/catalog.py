@@ -1,0 +1,149 @@
+"""The algorithm registry: every algorithm a job can name, declared once, with its own keys.
+
+Each entry says where the algorithm lives, which `learner.<section>` holds its settings, whether
+it learns on-policy (fragments through FIFO queues) or off-policy (replay), and presets: other
+names for it with some of its keys fixed (`mappo` is PPO with a centralised critic). Validation,
+`--explain` and the allowed values of `learner.algo` all read this table; it imports no torch, so
+reading a job stays fast. The implementations are imported by `algos.registry` when a role needs
+them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class DQNConfig:
+    """DQN's own keys (`learner.algo: dqn`): double-Q targets, Huber loss, a hard-copied target
+    network, and epsilon-greedy exploration owned by its actor."""
+
+    double_q: bool = True
+    """Use double Q-learning targets (online net picks the action, target net scores it)."""
+    huber_delta: float = 1.0
+    """Huber loss threshold on the TD error."""
+    target_network_update_freq: int = 100
+    """Learner updates between hard copies of the online network into the target network."""
+    eps_start: float = 1.0
+    """Initial epsilon of the actor's epsilon-greedy schedule."""
+    eps_end: float = 0.04
+    """Final epsilon."""
+    eps_decay_steps: int = 8_000
+    """Global env steps over which epsilon decays linearly from eps_start to eps_end."""
+
+
+@dataclass
+class PPOConfig:
+    """PPO's own keys (`learner.algo: ppo`, or the presets `mappo` and `ippo`): clipped
+    surrogate, GAE(lambda), value normalisation, epochs x minibatches per batch, an entropy
+    bonus; on-policy fragments served once from FIFO queues."""
+
+    critic: str = "central"
+    """`central`: the critic sees the environment's global state (MAPPO); `local`: each agent's
+    critic sees only its own observation (IPPO)."""
+    actor_agent_id: bool = False
+    """Append a one-hot agent index (its place among the agents sharing its policy) to each
+    actor's input, so agents that share parameters can still act differently."""
+    critic_agent_id: bool = True
+    """Append a one-hot agent index to the critic's input, so a shared critic can tell agents
+    with different rewards apart."""
+    batch_fragments: int = 32
+    """Fragments (collector.fragment_length steps of one env copy, every agent of the group)
+    per update, over all learners of the group; env steps per update = this x fragment_length."""
+    epochs: int = 10
+    """Passes over each batch."""
+    minibatches: int = 1
+    """Minibatches per epoch (each one optimizer step)."""
+    clip: float = 0.2
+    """Clip range of the probability ratio in the surrogate objective."""
+    value_clip: float = 0.2
+    """Clip range of the value change in the value loss; 0 disables value clipping."""
+    gae_lambda: float = 0.95
+    """GAE lambda: 0 is one-step TD, 1 is Monte Carlo."""
+    entropy_coef: float = 0.01
+    """Weight of the entropy bonus."""
+    value_coef: float = 1.0
+    """Weight of the value loss."""
+    value_huber_delta: float = 10.0
+    """Huber threshold of the value loss (on normalised returns); 0 means squared error."""
+    value_norm: bool = True
+    """Train the critic on normalised returns (running mean and variance of the targets)."""
+    normalize_advantages: bool = True
+    """Standardise advantages over each batch."""
+    activation: str = "tanh"
+    """Hidden activation of actor and critic: `tanh` or `relu`."""
+    max_policy_lag: int = 1
+    """Versions a fragment may be older than the policy it trains: collectors run ahead of the
+    learners by at most this many updates, and older fragments are dropped (and counted)."""
+
+
+@dataclass(frozen=True)
+class AlgoDecl:
+    """One algorithm a job can name in `learner.algo`."""
+
+    name: str
+    summary: str
+    impl: str
+    """`module:Class` of the implementation (an `algos.contract.Algorithm`)."""
+    section: str | None
+    """The `learner.<section>` that holds its own keys, if any."""
+    on_policy: bool = False
+    offline_only: bool = False
+    """It learns only from a dataset (`offline.dataset`)."""
+    preset: dict[str, Any] = field(default_factory=dict)
+    """Keys of its section this name fixes."""
+
+
+CATALOG: dict[str, AlgoDecl] = {
+    decl.name: decl
+    for decl in (
+        AlgoDecl("dqn", "deep Q-learning (off-policy, replay)", "hpcmarl.algos.dqn:DQN", "dqn"),
+        AlgoDecl(
+            "bc",
+            "behaviour cloning of a dataset's actions (offline only)",
+            "hpcmarl.algos.bc:BehaviourCloning",
+            None,
+            offline_only=True,
+        ),
+        AlgoDecl(
+            "ppo",
+            "PPO with the critic learner.ppo.critic chooses (on-policy)",
+            "hpcmarl.algos.ppo:PPO",
+            "ppo",
+            on_policy=True,
+        ),
+        AlgoDecl(
+            "mappo",
+            "PPO with a centralised critic on the global state",
+            "hpcmarl.algos.ppo:PPO",
+            "ppo",
+            on_policy=True,
+            preset={"critic": "central"},
+        ),
+        AlgoDecl(
+            "ippo",
+            "PPO with each agent's critic on its own observation",
+            "hpcmarl.algos.ppo:PPO",
+            "ppo",
+            on_policy=True,
+            preset={"critic": "local"},
+        ),
+    )
+}
+"""Every algorithm by its `learner.algo` name."""
+
+SECTIONS: dict[str, type] = {"dqn": DQNConfig, "ppo": PPOConfig}
+"""The dataclass of each `learner.<section>`."""
+
+
+def describe() -> str:
+    """The registry as text for `--explain`: each name, what it is, and where its keys are."""
+    lines = ["Algorithms (learner.algo):"]
+    for decl in CATALOG.values():
+        keys = f"keys in learner.{decl.section}" if decl.section else "no keys of its own"
+        preset = ", ".join(f"{k}={v}" for k, v in decl.preset.items())
+        lines.append(
+            f"  {decl.name:<6} {decl.summary}; {keys}" + (f" (fixes {preset})" if preset else "")
+        )
+    return "\n".join(lines)

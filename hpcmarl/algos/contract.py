@@ -1,0 +1,239 @@
+"""The learning contract (DESIGN.md §7): what every algorithm declares and what roles drive.
+
+The roles are generic shells. A collector fills items (`ItemSpec`) and acts through actors built
+from a `PolicySpec`; a shard stores and serves items as the spec's `ReplaySpec` says; a learner
+drives `Algorithm.update`, a generator that yields local vectors to average across the group
+and receives the averages, and publishes one flat weight vector per policy key; a parameter
+server versions what is published. Nothing here imports MPI or torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from hpcmarl.items.spec import ItemSpec
+
+Batch = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """How to build the acting half of a policy from its published flat vector.
+
+    Stored once in the parameter-server table of `key` and sent with the first weights reply,
+    so a collector can act with a policy it has never heard of (a PSRO population grows while
+    the job runs). Private parts (critics, target networks, optimizer) are not described here.
+    """
+
+    key: str
+    """`{strategy_spec_id}/{policy_id}`."""
+    actor: str
+    """Actor kind (`algos.actors.ACTOR_KINDS`): `epsilon_greedy` or `categorical`."""
+    obs_dim: int
+    n_actions: int
+    hidden_sizes: tuple[int, ...]
+    activation: str = "relu"
+    params: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """(name, shape) of every parameter, in the order of the flat vector."""
+    dtype: str = "float32"
+    explore: tuple[tuple[str, float], ...] = ()
+    """The actor's exploration settings (DQN: eps_start, eps_end, eps_decay_steps)."""
+    agent_ids: int = 0
+    """Width of a one-hot agent index appended to each observation (0: none). An agent's index
+    is its place among the agents that act with this key, in the environment's agent order."""
+
+    @property
+    def in_dim(self) -> int:
+        """Width of the network's input: the observation and the agent index."""
+        return self.obs_dim + self.agent_ids
+
+    @property
+    def size(self) -> int:
+        """Length of the flat weight vector."""
+        return sum(math.prod(shape) for _, shape in self.params)
+
+    def exploration(self) -> dict[str, float]:
+        return dict(self.explore)
+
+    def to_json(self) -> str:
+        plain = {
+            "key": self.key,
+            "actor": self.actor,
+            "obs_dim": self.obs_dim,
+            "n_actions": self.n_actions,
+            "hidden_sizes": list(self.hidden_sizes),
+            "activation": self.activation,
+            "params": [[name, list(shape)] for name, shape in self.params],
+            "dtype": self.dtype,
+            "explore": dict(self.explore),
+            "agent_ids": self.agent_ids,
+        }
+        return json.dumps(plain, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> PolicySpec:
+        p = json.loads(text)
+        return cls(
+            key=p["key"],
+            actor=p["actor"],
+            obs_dim=int(p["obs_dim"]),
+            n_actions=int(p["n_actions"]),
+            hidden_sizes=tuple(p["hidden_sizes"]),
+            activation=p["activation"],
+            params=tuple((name, tuple(shape)) for name, shape in p["params"]),
+            dtype=p["dtype"],
+            explore=tuple(sorted(p["explore"].items())),
+            agent_ids=int(p.get("agent_ids", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """A training group: the unit of learning (one algorithm instance, one optimizer) over one
+    or more policies and the agents mapped to them (MALib's IndependentAgent is one group per
+    policy, its TeamAgent one group per team)."""
+
+    name: str
+    agents: tuple[str, ...]
+    """The group's agents, in the environment's agent order."""
+    policy_of: Mapping[str, str]
+    """agent -> policy id, for the group's agents."""
+    keys: Mapping[str, str]
+    """policy id -> parameter-server key."""
+    obs_dims: Mapping[str, int]
+    n_actions: Mapping[str, int]
+    state_dim: int
+    """Width of the environment's global state (PettingZoo `state()`)."""
+    agent_ids: Mapping[str, int]
+    """agent -> its index among all of the environment's agents (the `agent_id` column)."""
+
+    @property
+    def policies(self) -> list[str]:
+        return sorted(set(self.policy_of.values()))
+
+    def agents_of(self, policy: str) -> list[str]:
+        return [a for a in self.agents if self.policy_of[a] == policy]
+
+    def dims(self, policy: str) -> tuple[int, int]:
+        """(observation width, action count) of a policy's agents."""
+        agent = self.agents_of(policy)[0]
+        return self.obs_dims[agent], self.n_actions[agent]
+
+
+@dataclass
+class ActResult:
+    """What an actor returns for a batch of observations."""
+
+    actions: np.ndarray
+    """int64 [B]."""
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per-row values the algorithm's items record, e.g. `log_probs` for PPO."""
+    recurrent_state: np.ndarray | None = None
+    """The next recurrent state, for recurrent actors (None otherwise)."""
+
+
+class Actor(Protocol):
+    """The acting half of a policy: what collectors and evaluators hold. Owns its exploration."""
+
+    spec: PolicySpec
+
+    def set_weights(self, flat: np.ndarray) -> None: ...
+
+    def act(
+        self,
+        obs: np.ndarray,
+        rng: np.random.Generator,
+        *,
+        env_steps: int,
+        greedy: bool,
+        action_mask: np.ndarray | None = None,
+        recurrent_state: np.ndarray | None = None,
+        agent_index: np.ndarray | None = None,
+    ) -> ActResult:
+        """Actions for `obs` [B, obs_dim]. `env_steps` is the job's global count (exploration
+        schedules read it); `greedy` asks for the best action, as in evaluation;
+        `action_mask` [B, n_actions] bool marks the legal actions; `agent_index` [B] is each
+        row's agent index, for a spec with `agent_ids`."""
+        ...
+
+
+@dataclass
+class UpdateResult:
+    """What an update reports: statistics, and per-item priorities for prioritized replay."""
+
+    stats: dict[str, float]
+    priorities: np.ndarray | None = None
+
+
+UpdateSteps = Generator[np.ndarray, np.ndarray, UpdateResult]
+"""An update: yields local float32 vectors, receives each one averaged over the group."""
+
+
+class Algorithm(ABC):
+    """One training group's learning: pure, no MPI. The learner role drives `update`.
+
+    `update(batch)` is a generator so that data-parallel learners stay nonblocking: the learner
+    posts an allreduce of each yielded vector, keeps polling, and sends the average back in.
+    Every member of a group yields the same number of vectors of the same sizes. DQN yields once
+    per batch; PPO once for its value-normaliser moments, then epochs x minibatches gradients.
+    """
+
+    name = "algorithm"
+
+    @abstractmethod
+    def __init__(self, group: GroupSpec, job: Any, seed: int, device: str = "cpu") -> None:
+        """Build the group's networks (seeded: every learner of a group starts alike)."""
+
+    @classmethod
+    @abstractmethod
+    def item_spec(cls, group: GroupSpec, job: Any) -> ItemSpec:
+        """The items this algorithm trains `group` on, under the whole job (`JobConfig`: the
+        learner's keys, the collectors' fragment length, the replay settings)."""
+
+    @classmethod
+    @abstractmethod
+    def policy_specs(cls, group: GroupSpec, job: Any) -> dict[str, PolicySpec]:
+        """What the group publishes: policy key -> PolicySpec."""
+
+    updates: int = 0
+    """Completed updates (batches trained on)."""
+
+    @abstractmethod
+    def update(self, batch: Batch, weights: np.ndarray | None = None) -> UpdateSteps:
+        """Train on one batch of items; `weights` are importance-sampling weights (or None)."""
+
+    @abstractmethod
+    def publish(self) -> dict[str, np.ndarray]:
+        """Policy key -> fresh flat float32 vector of its acting network."""
+
+    @abstractmethod
+    def group_weights(self) -> np.ndarray:
+        """Every network as one flat vector: what the learners of a group must hold alike."""
+
+    @abstractmethod
+    def load_group_weights(self, flat: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything needed to resume exactly, as plain numpy arrays."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
+
+
+def run_update(algo: Algorithm, batch: Batch, weights: np.ndarray | None = None) -> UpdateResult:
+    """Drive one update in one process (a group of one): every average is the vector itself."""
+    steps = algo.update(batch, weights)
+    try:
+        vector = next(steps)
+        while True:
+            vector = steps.send(vector)
+    except StopIteration as done:
+        return done.value

@@ -1,0 +1,150 @@
+"""Item specs: the kind of item an algorithm trains on, its columns, and the replay it needs.
+
+Kinds (DESIGN.md §7):
+- `transition`: one step of one agent. Rows of several agents of a group are separate items
+  (`agent_id` names the agent), which is what independent learners (DQN, BC) want.
+- `fragment`: on-policy data, `length` consecutive steps of one environment copy with every
+  agent of the group side by side, `[T, agents, ...]`, so a centralised critic sees them together.
+- `sequence` and `episode` come with recurrent agents and value decomposition; they share the
+  layout of `fragment` (a leading time axis, then agents).
+
+A column is per agent (it gets the agents axis of joint items) or per group (global `state`,
+`policy_version`). The replay spec says how a shard stores and serves the items: sampled with
+replacement, uniformly or by priority, under a samples-per-insert limiter (off-policy), or a
+FIFO queue whose items older than `max_policy_lag` versions are dropped and counted (on-policy).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+ITEM_KINDS = ("transition", "fragment", "sequence", "episode")
+"""What one item holds; see the module docstring."""
+SELECTORS = ("uniform", "prioritized", "fifo")
+"""How a shard picks items to serve: with replacement (uniform, prioritized) or each once."""
+PER = ("agent", "group")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of an item: its name, dtype, the shape of one value, and whose value it is."""
+
+    name: str
+    dtype: str
+    """A numpy dtype string, e.g. `<f4`."""
+    shape: tuple[int, ...] = ()
+    """The shape of one agent's (or the group's) value at one step."""
+    per: str = "agent"
+    """`agent`: one value per agent (joint items get an agents axis); `group`: one per step."""
+
+    def __post_init__(self) -> None:
+        if self.per not in PER:
+            raise ValueError(f"column {self.name!r}: per must be one of {PER}, not {self.per!r}")
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """How a replay shard stores and serves an algorithm's items."""
+
+    selector: str = "uniform"
+    """`uniform` or `prioritized` (sampled with replacement, samples-per-insert limiter) or
+    `fifo` (each item served once, oldest policy version first)."""
+    max_policy_lag: int = 0
+    """`fifo` only: items more than this many versions older than the learner's are dropped
+    (and counted) instead of trained on."""
+
+    def __post_init__(self) -> None:
+        if self.selector not in SELECTORS:
+            raise ValueError(f"selector must be one of {SELECTORS}, not {self.selector!r}")
+
+    @property
+    def on_policy(self) -> bool:
+        return self.selector == "fifo"
+
+
+@dataclass(frozen=True)
+class ItemSpec:
+    """The item kind, its columns and the replay it needs: all a role knows of an algorithm's
+    data. Shapes here are per item; a batch adds a leading axis of items."""
+
+    kind: str
+    columns: tuple[Column, ...]
+    agents: int = 1
+    """Agents of the group side by side in a joint item (fragments); 1 for transitions."""
+    length: int = 1
+    """Steps per item: the fragment length T; 1 for transitions."""
+    replay: ReplaySpec = field(default_factory=ReplaySpec)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ITEM_KINDS:
+            raise ValueError(f"item kind must be one of {ITEM_KINDS}, not {self.kind!r}")
+        names = [c.name for c in self.columns]
+        if len(set(names)) != len(names):
+            raise ValueError(f"item columns repeat a name: {names}")
+
+    @property
+    def joint(self) -> bool:
+        """Whether an item holds every agent of the group (a time axis and an agents axis)."""
+        return self.kind != "transition"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def column(self, name: str) -> Column:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise KeyError(f"the {self.kind} item has no column {name!r}; it has {list(self.names)}")
+
+    def item_shape(self, column: Column) -> tuple[int, ...]:
+        """One item's shape of `column`: `[T, agents, *shape]` for joint items (no agents axis
+        for group columns), `shape` for transitions."""
+        if not self.joint:
+            return column.shape
+        agents = (self.agents,) if column.per == "agent" else ()
+        return (self.length, *agents, *column.shape)
+
+    def batch_specs(self, items: int) -> list[tuple[str, str, tuple[int, ...]]]:
+        """(name, dtype, shape) of a batch of `items` items, for `comm.packing.allocate_packed`."""
+        return [(c.name, c.dtype, (items, *self.item_shape(c))) for c in self.columns]
+
+    def check(self, batch: dict[str, np.ndarray]) -> int:
+        """The number of items in `batch`; a `ValueError` naming the first column that does not
+        fit this spec."""
+        missing = [n for n in self.names if n not in batch]
+        if missing:
+            raise ValueError(f"{self.kind} batch lacks columns {missing}")
+        items = len(batch[self.columns[0].name])
+        for column in self.columns:
+            array = batch[column.name]
+            want = (items, *self.item_shape(column))
+            if array.shape != want or array.dtype != np.dtype(column.dtype):
+                raise ValueError(
+                    f"column {column.name!r} is {array.dtype}{list(array.shape)}, the {self.kind} "
+                    f"item spec wants {np.dtype(column.dtype)}{list(want)}"
+                )
+        return items
+
+    def to_json(self) -> str:
+        """The spec as JSON, for checkpoint attributes and messages (no pickles)."""
+        plain: dict[str, Any] = {
+            "kind": self.kind,
+            "agents": self.agents,
+            "length": self.length,
+            "replay": vars(self.replay),
+            "columns": [[c.name, c.dtype, list(c.shape), c.per] for c in self.columns],
+        }
+        return json.dumps(plain)
+
+    @classmethod
+    def from_json(cls, text: str) -> ItemSpec:
+        plain = json.loads(text)
+        columns = tuple(Column(n, d, tuple(s), p) for n, d, s, p in plain["columns"])
+        return cls(
+            plain["kind"], columns, plain["agents"], plain["length"], ReplaySpec(**plain["replay"])
+        )

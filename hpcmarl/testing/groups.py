@@ -1,0 +1,44 @@
+"""Training groups and jobs for tests of algorithms without an environment or MPI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpcmarl.algos.contract import GroupSpec
+from hpcmarl.config.schema import JobConfig
+
+
+def group_of(
+    obs_dim: int, n_actions: int, agents: int = 1, state_dim: int = 0, shared: bool = True
+) -> GroupSpec:
+    """A group of `agents` agents `a0, a1, ...` with one shared policy (or one each)."""
+    names = tuple(f"a{i}" for i in range(agents))
+    policy_of = {a: "shared" if shared else a for a in names}
+    policies = sorted(set(policy_of.values()))
+    return GroupSpec(
+        name="shared" if shared else "team",
+        agents=names,
+        policy_of=policy_of,
+        keys={p: f"main/{p}" for p in policies},
+        obs_dims=dict.fromkeys(names, obs_dim),
+        n_actions=dict.fromkeys(names, n_actions),
+        state_dim=state_dim or obs_dim * agents,
+        agent_ids={a: i for i, a in enumerate(names)},
+    )
+
+
+def job_with(**settings: Any) -> JobConfig:
+    """The default job with `learner` keys set: `lr=...` sets learner.lr, `dqn__double_q=...`
+    sets learner.dqn.double_q, `collector__fragment_length=...` sets that section's key."""
+    job = JobConfig()
+    for name, value in settings.items():
+        section, _, key = name.rpartition("__")
+        owner: Any = job.learner
+        if section in ("dqn", "ppo"):
+            owner = getattr(job.learner, section)
+        elif section:
+            owner = getattr(job, section)
+        if not hasattr(owner, key):
+            raise AttributeError(f"no key {name}")
+        setattr(owner, key, value)
+    return job

@@ -1,0 +1,116 @@
+"""Item specs: JSON and packing round trips, and the writers that cut steps into items."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpcmarl.algos.dqn import DQN
+from hpcmarl.algos.ppo import PPO
+from hpcmarl.comm.packing import pack, views
+from hpcmarl.config.schema import EnvConfig
+from hpcmarl.envs import make_vector_env
+from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec
+from hpcmarl.items.writers import FragmentWriter, StepRecord, TransitionWriter
+from hpcmarl.testing.groups import group_of, job_with
+
+EARLY_EXIT = EnvConfig(kind="pettingzoo", id="hpcmarl.testing.early_exit")
+
+
+def fragment_spec() -> ItemSpec:
+    columns = (
+        Column("observations", "<f4", (3,)),
+        Column("actions", "<i8"),
+        Column("state", "<f4", (6,), per="group"),
+        Column("active", "|b1"),
+    )
+    return ItemSpec("fragment", columns, agents=2, length=4, replay=ReplaySpec("fifo", 2))
+
+
+def test_json_round_trip_keeps_every_field() -> None:
+    spec = fragment_spec()
+    assert ItemSpec.from_json(spec.to_json()) == spec
+    job = job_with(collector__fragment_length=7)
+    for algo in (DQN, PPO):
+        declared = algo.item_spec(group_of(3, 4, agents=2), job)
+        assert ItemSpec.from_json(declared.to_json()) == declared
+
+
+def test_packing_round_trip_is_one_buffer_with_the_declared_shapes() -> None:
+    spec = fragment_spec()
+    rng = np.random.default_rng(0)
+    batch = {
+        name: (rng.random(shape) * 10).astype(dtype) for name, dtype, shape in spec.batch_specs(5)
+    }
+    assert batch["observations"].shape == (5, 4, 2, 3) and batch["state"].shape == (5, 4, 6)
+    assert spec.check(batch) == 5
+    packed = pack(batch)
+    back = views(packed.buffer.copy(), packed.layout)
+    for name in spec.names:
+        np.testing.assert_array_equal(back[name], batch[name])
+    wrong = dict(batch, state=batch["state"][:, :, :5])
+    with pytest.raises(
+        ValueError, match="'state' is float32\\[5, 4, 5\\].*wants float32\\[5, 4, 6\\]"
+    ):
+        spec.check(wrong)
+
+
+def records(steps: int, num_envs: int = 2, seed: int = 0) -> list[StepRecord]:
+    """Real steps of the early-exit env: `quitter` finishes after 3 steps, `runner` after 8."""
+    env = make_vector_env(EARLY_EXIT, num_envs, seed, with_state=True)
+    obs, out = env.reset(), []
+    ids, lengths = np.arange(num_envs, dtype=np.int64), np.zeros(num_envs, np.int32)
+    for _ in range(steps):
+        state = env.states
+        actions = {a: np.ones(num_envs, np.int64) for a in env.agents}
+        step = env.step(actions)
+        log_probs = {a: {"log_probs": np.full(num_envs, -0.5, np.float32)} for a in env.agents}
+        versions = dict.fromkeys(env.agents, 3)
+        out.append(
+            StepRecord(obs, actions, step, ids.copy(), lengths.copy(), versions, state, log_probs)
+        )
+        lengths = np.where(step.episode_ended, 0, lengths + 1).astype(np.int32)
+        obs = step.observations
+    return out
+
+
+def test_transition_writer_drops_the_padding_of_a_finished_agent() -> None:
+    group = group_of(3, 2, agents=2)
+    spec = DQN.item_spec(group, job_with())
+    agent_ids = {"quitter": 0, "runner": 1}
+    writer = TransitionWriter(spec, ["quitter", "runner"], agent_ids, num_envs=2, length=8)
+    for record in records(8):
+        writer.add(record)
+        writer.advance()
+    batch = writer.batch()
+    assert spec.check(batch) == 2 * (3 + 8)  # 2 copies x (3 quitter steps + 8 runner steps)
+    assert (batch["observations"][:, 0] == 1.0).all()  # no zero padding rows left
+    assert (np.bincount(batch["agent_id"]) == [6, 16]).all()
+    assert batch["terminations"][batch["agent_id"] == 0].sum() == 2
+
+
+def test_fragment_writer_keeps_every_step_and_marks_who_was_active() -> None:
+    spec = fragment_spec()
+    spec = ItemSpec(
+        "fragment",
+        (
+            *spec.columns,
+            Column("log_probs", "<f4"),
+            Column("next_state", "<f4", (6,), per="group"),
+            Column("policy_version", "<i8", per="group"),
+        ),
+        agents=2,
+        length=8,
+    )
+    writer = FragmentWriter(spec, ["quitter", "runner"], {"quitter": 0, "runner": 1}, 2, 8)
+    steps = records(8)
+    for record in steps:
+        writer.add(record)
+        writer.advance()
+    batch = writer.batch()
+    assert spec.check(batch) == 2
+    assert batch["active"][:, :, 0].sum(axis=1).tolist() == [3, 3]  # the quitter acts 3 steps
+    assert batch["active"][:, :, 1].all()
+    np.testing.assert_array_equal(batch["state"][:, 0], steps[0].state)
+    np.testing.assert_array_equal(batch["next_state"][:, 7], steps[7].step.next_states)
+    assert (batch["policy_version"] == 3).all() and (batch["log_probs"] == -0.5).all()

@@ -1,0 +1,197 @@
+"""MARL on simple_spread: eval team return against env steps and wall time, and throughput.
+
+For each world size and algorithm (MAPPO, IPPO, IQL: independent DQN) this runs the job file
+under `mpirun -n N` to a step budget and reads its `metrics.jsonl`: the greedy evaluations
+(team return summed over agents, 32 episodes each) against env steps and seconds, env steps/s
+and learner updates/s. In the same run it measures the two baselines:
+
+- the random policy's team return (uniform actions, the same environment settings);
+- a bare loop of the same environment and the same policy network (sampling its softmax), one
+  process per core for a few seconds: the machine's env steps/s without any of hpcmarl, which
+  the on-policy jobs' throughput is divided by (`*_throughput_ratio`).
+
+    .venv/bin/python tools/bench_marl.py [--ranks 4 16] [--algos mappo ippo iql]
+                                         [--budget 2000000] [--seed 0]
+
+Prints one table row per run, an eval curve per run, and, as its last line, one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+JOBS = {
+    "mappo": "jobs/spread_mappo.yaml",
+    "ippo": "jobs/spread_ippo.yaml",
+    "iql": "jobs/spread_independent.yaml",
+}
+SPREAD = {"N": 3, "max_cycles": 25, "local_ratio": 0.5, "continuous_actions": False}
+
+
+def random_team_return(episodes: int, seed: int) -> tuple[float, float]:
+    """Mean and std of the team return of uniformly random actions."""
+    from mpe2 import simple_spread_v3
+
+    env = simple_spread_v3.parallel_env(**SPREAD)
+    rng = np.random.default_rng(seed)
+    returns = []
+    for episode in range(episodes):
+        env.reset(seed=seed + episode)
+        total = 0.0
+        while env.agents:
+            actions = {a: int(rng.integers(env.action_space(a).n)) for a in env.agents}
+            _, rewards, _, _, _ = env.step(actions)
+            total += sum(rewards.values())
+        returns.append(total)
+    return float(np.mean(returns)), float(np.std(returns))
+
+
+def _bare_loop(seconds: float, seed: int, out: mp.Queue) -> None:
+    """One core's env steps/s: the job's vector env and MAPPO's actor, nothing else."""
+    import torch
+
+    from hpcmarl.algos.actors import build_actor
+    from hpcmarl.config.loader import load_job
+    from hpcmarl.envs import make_vector_env
+    from hpcmarl.launch.build import build_population, probe_env
+
+    torch.set_num_threads(1)
+    cfg = load_job(str(ROOT / JOBS["mappo"]))
+    env = make_vector_env(cfg.env, cfg.env.num_envs, seed)
+    (key,) = build_population(cfg, probe_env(cfg)).keys()
+    actor = build_actor(build_population(cfg, probe_env(cfg)).spec(key))
+    rng = np.random.default_rng(seed)
+    actor.set_weights((0.1 * rng.standard_normal(actor.spec.size)).astype(np.float32))
+    obs, steps = env.reset(), 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        joined = np.concatenate([obs[a] for a in env.agents])
+        acted = actor.act(joined, rng, env_steps=0, greedy=False).actions
+        actions = dict(zip(env.agents, np.split(acted, len(env.agents)), strict=True))
+        obs = env.step(actions).observations
+        steps += env.num_envs
+    out.put(steps / (time.perf_counter() - start))
+
+
+def bare_rate(seconds: float) -> float:
+    """Env steps/s of one bare loop per core, run at once, summed."""
+    queue: mp.Queue = mp.Queue()
+    procs = [mp.Process(target=_bare_loop, args=(seconds, i, queue)) for i in range(cores())]
+    for p in procs:
+        p.start()
+    rates = [queue.get() for _ in procs]
+    for p in procs:
+        p.join()
+    return float(sum(rates))
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def one_run(algo: str, ranks: int, budget: int, seed: int, run_dir: Path) -> dict:
+    """The job to its step budget; what its metrics say."""
+    cmd = [
+        "bash",
+        str(ROOT / "tools" / "mpirun.sh"),
+        "-n",
+        str(ranks),
+        sys.executable,
+        "-m",
+        "hpcmarl",
+        JOBS[algo],
+        f"seed={seed}",
+        f"commander.max_env_steps={budget}",
+        "commander.stop_value=null",
+        "commander.eval_interval_s=20",
+        "commander.eval_episodes=32",
+        f"runtime.run_dir={run_dir}",
+    ]
+    start = time.monotonic()
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    wall = time.monotonic() - start
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if r["kind"] == "eval"]
+    progress = [r for r in rows if r["kind"] == "progress" and r["time_s"] > 10]
+    curve = [(r["env_steps"], r["time_s"], r["return_mean"]) for r in evals]
+    last = [r["return_mean"] for r in evals[-3:]]
+    return {
+        "algo": algo,
+        "ranks": ranks,
+        "ok": result.returncode == 0,
+        "wall_s": round(wall, 1),
+        "train_s": round(rows[-1].get("time_s", wall), 1) if rows else None,
+        "env_steps": rows[-1].get("env_steps") if rows else None,
+        "final_eval": round(statistics.mean(last), 2) if last else None,
+        "best_eval": round(max(r["return_mean"] for r in evals), 2) if evals else None,
+        "env_steps_per_s": _mean([r["env_steps_per_s"] for r in progress]),
+        "updates_per_s": _mean([r["updates_per_s"] for r in progress]),
+        "curve": curve,
+    }
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(statistics.mean(values), 1) if values else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[4, 16])
+    parser.add_argument("--algos", nargs="+", default=list(JOBS), choices=list(JOBS))
+    parser.add_argument("--budget", type=int, default=2_000_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bare-seconds", type=float, default=10.0)
+    args = parser.parse_args()
+
+    random_mean, random_std = random_team_return(200, args.seed)
+    bare = bare_rate(args.bare_seconds)
+    print(f"random policy: team return {random_mean:.1f} +- {random_std:.1f} (200 episodes)")
+    print(f"bare loop (env + MAPPO actor), {cores()} cores: {bare:,.0f} env steps/s\n")
+    figures: dict[str, float | None] = {
+        "random_team_return": round(random_mean, 2),
+        "bare_env_steps_per_s": round(bare, 1),
+    }
+    header = f"{'algo':<6} {'ranks':>5} {'steps':>9} {'train s':>8} {'final eval':>10}"
+    print(header + f" {'best':>7} {'steps/s':>8} {'updates/s':>9} {'vs bare':>7}")
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="hpcmarl-bench-marl-") as tmp:
+        for ranks in args.ranks:
+            for algo in args.algos:
+                run = one_run(algo, ranks, args.budget, args.seed, Path(tmp) / f"{algo}-{ranks}")
+                runs.append(run)
+                ratio = (run["env_steps_per_s"] or 0.0) / bare
+                print(
+                    f"{algo:<6} {ranks:>5} {run['env_steps'] or 0:>9,} {run['train_s'] or 0:>8}"
+                    f" {run['final_eval']!s:>10} {run['best_eval']!s:>7}"
+                    f" {run['env_steps_per_s']!s:>8} {run['updates_per_s']!s:>9} {ratio:>7.2f}"
+                    + ("" if run["ok"] else "  (job failed)"),
+                    flush=True,
+                )
+                name = f"{algo}_n{ranks}"
+                figures[f"{name}_final_eval"] = run["final_eval"]
+                figures[f"{name}_best_eval"] = run["best_eval"]
+                figures[f"{name}_train_s"] = run["train_s"]
+                figures[f"{name}_env_steps_per_s"] = run["env_steps_per_s"]
+                figures[f"{name}_updates_per_s"] = run["updates_per_s"]
+                figures[f"{name}_throughput_ratio"] = round(ratio, 3)
+    print("\neval team return by env steps (and seconds):")
+    for run in runs:
+        points = ", ".join(f"{s // 1000}k/{t:.0f}s {r:.1f}" for s, t, r in run["curve"][::3])
+        print(f"  {run['algo']} -n {run['ranks']}: {points}")
+    print(json.dumps(figures), flush=True)
+
+
+if __name__ == "__main__":
+    main()
