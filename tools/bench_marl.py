@@ -11,7 +11,10 @@ and learner updates/s. In the same run it measures the two baselines:
   the on-policy jobs' throughput is divided by (`*_throughput_ratio`).
 
     .venv/bin/python tools/bench_marl.py [--ranks 4 16] [--algos mappo ippo iql]
-                                         [--budget 2000000] [--seed 0]
+                                         [--budget 2000000] [--iql-budget 300000] [--seed 0]
+
+IQL's budget is its own: its learners take 16 samples per inserted transition, so its runs are
+bound by learner updates, not env steps, and 2M steps would take hours on a small node.
 
 Prints one table row per run, an eval curve per run, and, as its last line, one JSON object.
 """
@@ -150,7 +153,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[4, 16])
     parser.add_argument("--algos", nargs="+", default=list(JOBS), choices=list(JOBS))
-    parser.add_argument("--budget", type=int, default=2_000_000)
+    parser.add_argument("--budget", type=int, default=2_000_000, help="env steps, PPO runs")
+    parser.add_argument("--iql-budget", type=int, default=300_000, help="env steps, IQL runs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bare-seconds", type=float, default=10.0)
     args = parser.parse_args()
@@ -169,7 +173,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hpcmarl-bench-marl-") as tmp:
         for ranks in args.ranks:
             for algo in args.algos:
-                run = one_run(algo, ranks, args.budget, args.seed, Path(tmp) / f"{algo}-{ranks}")
+                budget = args.iql_budget if algo == "iql" else args.budget
+                run = one_run(algo, ranks, budget, args.seed, Path(tmp) / f"{algo}-{ranks}")
                 runs.append(run)
                 ratio = (run["env_steps_per_s"] or 0.0) / bare
                 print(

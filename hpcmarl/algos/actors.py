@@ -48,6 +48,8 @@ class NetworkActor:
             raise ValueError(f"policy {spec.key}: the spec lists {spec.params}, the actor {held}")
         self._layers = [(m.weight, m.bias) for m in self.net if isinstance(m, torch.nn.Linear)]
         self._activation = _ACTIVATIONS[spec.activation]
+        self.agent_ids = spec.agent_ids
+        """Width of the one-hot agent index the network takes (0: none)."""
 
     def set_weights(self, flat: np.ndarray) -> None:
         """Load weights pulled from the parameter server (in place: `_layers` stays valid)."""
@@ -55,10 +57,10 @@ class NetworkActor:
 
     def scores(self, obs: np.ndarray, agent_index: np.ndarray | None = None) -> torch.Tensor:
         """The network's outputs (Q-values or logits) for a batch [B, obs_dim]."""
-        if self.spec.agent_ids:
+        if self.agent_ids:
             if agent_index is None:
                 raise ValueError(f"policy {self.spec.key} needs each row's agent index")
-            obs = with_agent_ids(obs, agent_index, self.spec.agent_ids)
+            obs = with_agent_ids(obs, agent_index, self.agent_ids)
         with torch.inference_mode():
             h = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32))
             for weight, bias in self._layers[:-1]:
@@ -68,6 +70,11 @@ class NetworkActor:
 
 class EpsilonGreedyActor(NetworkActor):
     """argmax of the scores, or with probability epsilon a uniformly random (legal) action."""
+
+    def __init__(self, spec: PolicySpec) -> None:
+        super().__init__(spec)
+        self.schedule = _eps(spec.exploration())
+        """(start, end, decay steps) of epsilon, read once: `act` runs every env step."""
 
     def act(
         self,
@@ -81,8 +88,7 @@ class EpsilonGreedyActor(NetworkActor):
         agent_index: np.ndarray | None = None,
     ) -> ActResult:
         size = obs.shape[0]
-        explore = self.spec.exploration()
-        epsilon = 0.0 if greedy else linear_epsilon(env_steps, *_eps(explore))
+        epsilon = 0.0 if greedy else linear_epsilon(env_steps, *self.schedule)
         if epsilon <= 0:
             return ActResult(self.greedy(obs, action_mask, agent_index))
         exploring = rng.random(size) < epsilon

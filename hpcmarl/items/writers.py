@@ -119,15 +119,16 @@ class TransitionWriter(ItemWriter):
             for j, agent in enumerate(self.agents):
                 columns["agent_id"][j] = self.agent_ids[agent]
         self._active = np.ones(lead, bool)
+        self.sources = [(columns[n], get) for n, get in self.getters.items() if n != "agent_id"]
+        """(target column, getter) of every column filled per step: the hot loop's list."""
         return columns
 
     def add(self, record: StepRecord) -> None:
-        t = self.t
+        t, active = self.t, record.step.active
         for j, agent in enumerate(self.agents):
-            for name, get in self.getters.items():
-                if name != "agent_id":
-                    self.columns[name][j, :, t] = get(record, agent)
-            self._active[j, :, t] = record.step.active[agent]
+            for target, get in self.sources:
+                target[j, :, t] = get(record, agent)
+            self._active[j, :, t] = active[agent]
 
     def batch(self) -> Batch:
         """Rows ordered by agent, then env copy, then step; only active agents' rows."""

@@ -25,8 +25,9 @@ def act_all(
     extras: dict[str, dict[str, np.ndarray]] = {}
     for key, agents in by_key.items():
         actor = actors[key]
-        rows = len(obs[agents[0]])
-        index = np.repeat(np.arange(len(agents)), rows)
+        index = None
+        if actor.spec.agent_ids:
+            index = np.repeat(np.arange(len(agents)), len(obs[agents[0]]))
         if len(agents) == 1:
             result = actor.act(
                 obs[agents[0]], rng, env_steps=env_steps, greedy=greedy, agent_index=index

@@ -61,6 +61,7 @@ class Collector(Role):
         self.remake_env = remake_env
         self.deterministic = deterministic
         self.replay_log, self.log_writers = replay_log, log_writers or {}
+        self.all_writers = [*writers.values(), *self.log_writers.values()]
         self.env_failures = 0
         self.unacked = 0
         self.rng = np.random.default_rng(seed)
@@ -68,6 +69,10 @@ class Collector(Role):
         self.versions: dict[str, int] = {}
         self.pulling: set[str] = set()
         self.bindings: dict[str, str] = {}
+        self.ready = False
+        """The task's actors and versions are in hand (then they stay: versions only grow)."""
+        self.agent_versions: dict[str, int] = {}
+        """agent -> the version of the weights it acts with, what its items record."""
         self.credits = {shard: 0 for shard in shards}
         self.on_policy = any(w.spec.replay.on_policy for w in writers.values())
         self.dealt = {group: 0 for group in writers}
@@ -98,7 +103,7 @@ class Collector(Role):
 
     def handle_task(self, msg: Message) -> None:
         self.task, self.asked, self.fragments_sent = msg.meta, False, 0
-        self.bindings = dict(msg.meta["bindings"])
+        self.bindings, self.ready = dict(msg.meta["bindings"]), False
         self.task_items = {group: {} for group in self.writers}
         self.episodes.start_task()
         if self.task["kind"] == "eval":
@@ -135,6 +140,7 @@ class Collector(Role):
         self.actors[key].set_weights(msg.arrays["weights"])
         self.transport.recycle(msg.arrays)
         self.versions[key] = msg.meta["version"]
+        self.agent_versions = {a: self.versions.get(k, 0) for a, k in self.bindings.items()}
         self.pulling.discard(key)
 
     def handle_not_newer(self, msg: Message) -> None:
@@ -170,12 +176,17 @@ class Collector(Role):
         """Every bound key has an actor, and the versions the task names have arrived; a key
         still short of its version when no pull is in flight (an earlier pull came back with an
         older one) is pulled again."""
+        if self.ready:
+            return True
         wanted = (self.task or {}).get("versions") or {}
         short = {k: v for k, v in wanted.items() if self.versions.get(k, 0) < v}
         if any(k not in self.pulling for k in short):
             self.pull_weights(short)
         keys = set(self.bindings.values())
-        return not short and all(key in self.actors for key in keys)
+        self.ready = not short and all(key in self.actors for key in keys)
+        if self.ready:
+            self.agent_versions = {a: self.versions[k] for a, k in self.bindings.items()}
+        return self.ready
 
     def step_env(self) -> None:
         """One step of every env copy; a full fragment moves to the outbox."""
@@ -195,11 +206,11 @@ class Collector(Role):
             step=step,
             episode_id=self.episodes.ids,
             step_index=self.episodes.lengths,
-            versions={a: self.versions[k] for a, k in self.bindings.items()},
+            versions=self.agent_versions,
             state=state,
             extras=extras,
         )
-        for writer in [*self.writers.values(), *self.log_writers.values()]:
+        for writer in self.all_writers:
             writer.add(record)
         self.episodes.record(step)
         self.obs = step.observations
@@ -208,7 +219,7 @@ class Collector(Role):
             self.end_fragment()
 
     def advance_writers(self) -> bool:
-        full = [w.advance() for w in [*self.writers.values(), *self.log_writers.values()]]
+        full = [w.advance() for w in self.all_writers]
         return all(full)
 
     def end_fragment(self) -> None:
@@ -226,7 +237,7 @@ class Collector(Role):
             self.pull_weights()
 
     def reset_writers(self) -> None:
-        for writer in [*self.writers.values(), *self.log_writers.values()]:
+        for writer in self.all_writers:
             writer.reset()
 
     def abandon_task(self, err: Exception) -> None:
