@@ -146,7 +146,11 @@ class Role:
         return False
 
     def handle_stop(self, msg: Message) -> None:
-        """Acknowledge with our counters and stop; the run's exit code becomes ours too."""
+        """Acknowledge with our counters and stop; the run's exit code becomes ours too.
+
+        Roles say what their acknowledgement carries by extending `counters()`, never by
+        overriding this: a rank's exit code is its roles' codes, and only this sets them.
+        """
         self.exit_code = int(msg.meta.get("exit_code", 0))
         self.send("stopped", msg.src, self.counters())
         self.finish()
@@ -155,3 +159,7 @@ class Role:
         """Stop for good: receive nothing more."""
         self.finished = True
         self.transport.unregister(self.name)
+
+    def close(self) -> None:
+        """Release the files this role holds open; called when the rank's loop ends, whether
+        it finished or failed, so that what the role wrote is complete before the rank exits."""

@@ -116,6 +116,7 @@ def expand_plan(payload: tuple, world_size: int) -> Plan:
 def run_rank(plan: Plan, comm: Any, rank: int) -> int:
     """Build this rank's roles and poll them until all have finished."""
     current: list[Role | None] = [None]
+    roles: list[Role] = []
     try:
         configure_process(plan.cfg, rank)
         transport, group_comm = make_transport(plan.topology, comm)
@@ -129,8 +130,10 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
             )
         poll_until_finished(roles, transport, plan.cfg, current)
         transport.finish(plan.cfg.runtime.shutdown_timeout_s)
+        close_roles(roles)
         return exit_code_of(roles)
     except Exception as err:  # noqa: BLE001 - any failure must end the whole world
+        close_roles(roles)
         fail_rank(rank, current[0], err, plan.run_dir, comm)
         return 1
 
@@ -175,6 +178,16 @@ def poll_until_finished(
             backoff.reset()
         else:
             backoff.sleep()
+
+
+def close_roles(roles: list[Role]) -> None:
+    """Close every role's files; one that fails to close must not keep the rest open, nor
+    (on the failure path) stop this rank from ending the world."""
+    for role in roles:
+        try:
+            role.close()
+        except Exception as err:  # noqa: BLE001 - report and go on to the next role
+            print(f"hpcmarl: {role.name} could not close its files: {err}", file=sys.stderr)
 
 
 def exit_code_of(roles: list[Role]) -> int:

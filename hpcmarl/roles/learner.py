@@ -161,10 +161,6 @@ class Learner(Role):
         if not trainer.awaiting:
             trainer.samples.append(self.join_parts(trainer))
 
-    def handle_stop(self, msg: Message) -> None:
-        self.send("stopped", msg.src, {"role": self.name, "updates": self.updates()})
-        self.finish()
-
     # -- batches ------------------------------------------------------------------------------
     def request_samples(self, trainer: GroupTrainer) -> None:
         """Off-policy: keep one request in flight per shard while this task needs batches."""
@@ -349,6 +345,10 @@ class Learner(Role):
             trainer.announced = True
         torch.set_rng_state(torch.from_numpy(np.array(tree["torch_rng"], dtype=np.uint8)))
         self.resumed = True
+
+    def counters(self) -> dict:
+        """The stop acknowledgement carries the updates this learner applied."""
+        return {**super().counters(), "updates": self.updates()}
 
     def updates(self) -> int:
         return sum(t.algo.updates for t in self.trainers.values())

@@ -59,13 +59,21 @@ class BackgroundJob:
     """`mpirun -n ranks python -m hpcmarl ARGS` running while a test acts on it (signals,
     kills); every wait is bounded, and a job left running is killed with its process group."""
 
-    def __init__(self, ranks: int, args: list[str]) -> None:
-        cmd = ["bash", str(MPIRUN), "-n", str(ranks), sys.executable, "-m", "hpcmarl", *args]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "HPCMARL_VENV": VENV}
+    def __init__(
+        self,
+        ranks: int,
+        args: list[str],
+        wrapper: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """`wrapper` runs each rank's command (e.g. a script recording its exit code)."""
+        hpcmarl = [sys.executable, "-m", "hpcmarl", *args]
+        cmd = ["bash", str(MPIRUN), "-n", str(ranks), *(wrapper or []), *hpcmarl]
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "HPCMARL_VENV": VENV, **(env or {})}
         self.proc = subprocess.Popen(
             cmd,
             cwd=ROOT,
-            env=env,
+            env=full_env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
