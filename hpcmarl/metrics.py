@@ -1,9 +1,10 @@
-"""Progress lines on stdout and the same rows in `progress.csv` and `metrics.jsonl`.
+"""Progress lines on stdout and the same rows in `progress.csv`, `metrics.jsonl` and `tb/`.
 
 Batch jobs write stdout to a file, so progress is plain lines, flushed, never carriage-return
 bars. The CSV holds the progress columns only (with one `eval_return/<agent>` column per agent
 of a multi-agent job, beside the team return); the JSONL holds every row kind (progress and
-evaluation) with all its fields, for scripts.
+evaluation) with all its fields, for scripts; `tb/` holds the numbers of progress, evaluation
+and learner rows as TensorBoard scalars (see tensorboard.py), for people watching a run.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import math
 import os
 import sys
 from typing import Any, TextIO
+
+from .tensorboard import TB_DIR, TensorBoardLog
 
 PROGRESS_COLUMNS = (
     "time_s",
@@ -36,8 +39,13 @@ class MetricsSink:
     """Writes rows to the run directory and progress lines to a stream."""
 
     def __init__(
-        self, run_dir: str, stream: TextIO = sys.stdout, agents: list[str] | None = None
+        self,
+        run_dir: str,
+        stream: TextIO = sys.stdout,
+        agents: list[str] | None = None,
+        x_axis: str = "env_steps",
     ) -> None:
+        """`x_axis`: the row field TensorBoard steps by ("updates" offline, with no env steps)."""
         self.stream = stream
         self.agents = list(agents or []) if len(agents or []) > 1 else []
         self.columns = PROGRESS_COLUMNS + tuple(f"eval_return/{a}" for a in self.agents)
@@ -49,22 +57,31 @@ class MetricsSink:
         self._csv = csv.DictWriter(self._csv_file, fieldnames=self.columns)
         if fresh:
             self._csv.writeheader()
+        self.tb = TensorBoardLog(os.path.join(run_dir, TB_DIR), x_axis)
 
     def progress(self, row: dict[str, Any]) -> None:
         per_agent = row.get("eval_agent_returns") or {}
         flat = {**row, **{f"eval_return/{a}": per_agent.get(a) for a in self.agents}}
         self._csv.writerow({k: _plain(flat.get(k)) for k in self.columns})
         self.record("progress", row)
+        self.tb.flush()
         self.say(format_progress(row))
 
     def record(self, kind: str, row: dict[str, Any]) -> None:
         self._jsonl.write(json.dumps({"kind": kind, **row}, default=_plain) + "\n")
+        self.tb.write(kind, row)
+
+    def resumed(self, counters: dict[str, Any]) -> None:
+        """The run continues from a checkpoint at these counters: TensorBoard restarts there."""
+        self.tb.resume_at(counters)
 
     def say(self, line: str) -> None:
         self.stream.write(line + "\n")
         self.stream.flush()
 
     def close(self) -> None:
+        """Close every file: rows since the last progress row reach the event file here."""
+        self.tb.close()
         self._jsonl.close()
         self._csv_file.close()
 

@@ -167,7 +167,8 @@ def build_roles(
     for name in topology.roles_on(transport.rank):
         kind = topology.kind_of[name]
         if kind == "commander":
-            sink = MetricsSink(run_dir, agents=spec.agents)
+            x_axis = "updates" if cfg.offline.dataset else "env_steps"
+            sink = MetricsSink(run_dir, agents=spec.agents, x_axis=x_axis)
             population = build_population(cfg, spec)
             bindings = spec.bindings(cfg.agents.strategy_spec_id)
             roles.append(Commander(transport, cfg, topology, sink, population, bindings))

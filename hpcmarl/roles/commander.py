@@ -366,6 +366,9 @@ class Commander(Role):
         self.sink.say(line)
         self.finish()
 
+    def close(self) -> None:
+        self.sink.close()
+
     def position(self) -> str:
         """How far training is: env steps, or (offline, where there are none) updates."""
         if self.stats.offline:
@@ -385,6 +388,7 @@ class Commander(Role):
         self.schedule.load_state(tree["schedule"])
         self.population.load_state(tree["population"])
         self.checkpoints.taken = list(tree["checkpoints"])
+        self.sink.resumed(self.stats.counters())
         self.sink.say(
             f"hpcmarl: resumed from checkpoint {self.checkpoints.taken[-1]} at {self.position()}"
         )
