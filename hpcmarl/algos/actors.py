@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from hpcmarl.algos.contract import Actor, ActResult, PolicySpec
+from hpcmarl.algos.masking import masked, masked_log_softmax
 from hpcmarl.algos.networks import mlp, param_spec, set_flat
 from hpcmarl.errors import ConfigError
 
@@ -108,9 +109,7 @@ class EpsilonGreedyActor(NetworkActor):
         agent_index: np.ndarray | None = None,
     ) -> np.ndarray:
         """argmax_a Q(obs, a) over the legal actions, as int64 [B]."""
-        scores = self.scores(obs, agent_index)
-        if action_mask is not None:
-            scores = scores.masked_fill(~torch.from_numpy(action_mask), -torch.inf)
+        scores = masked(self.scores(obs, agent_index), _tensor(action_mask))
         return scores.argmax(dim=1).numpy()
 
 
@@ -129,9 +128,7 @@ class CategoricalActor(NetworkActor):
         agent_index: np.ndarray | None = None,
     ) -> ActResult:
         logits = self.scores(obs, agent_index)
-        if action_mask is not None:
-            logits = logits.masked_fill(~torch.from_numpy(action_mask), -torch.inf)
-        log_probs = torch.log_softmax(logits, dim=1).numpy()
+        log_probs = masked_log_softmax(logits, _tensor(action_mask)).numpy()
         if greedy:
             actions = log_probs.argmax(axis=1)
         else:  # inverse CDF with the collector's own generator: reproducible and checkpointed
@@ -162,6 +159,10 @@ def random_actions(
     pick = np.floor(rng.random(size) * legal).astype(np.int64)
     order = np.cumsum(mask, axis=1) - 1  # rank of each legal action in its row
     return np.argmax((order == pick[:, None]) & mask, axis=1).astype(np.int64)
+
+
+def _tensor(mask: np.ndarray | None) -> torch.Tensor | None:
+    return None if mask is None else torch.from_numpy(np.asarray(mask, dtype=bool))
 
 
 def _nearest_legal(actions: np.ndarray, mask: np.ndarray) -> np.ndarray:

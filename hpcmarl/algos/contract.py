@@ -113,6 +113,9 @@ class GroupSpec:
     """Width of the environment's global state (PettingZoo `state()`)."""
     agent_ids: Mapping[str, int]
     """agent -> its index among all of the environment's agents (the `agent_id` column)."""
+    action_masks: bool = False
+    """The environment supplies legal-action masks: items carry them, actors and targets
+    honour them."""
 
     @property
     def policies(self) -> list[str]:

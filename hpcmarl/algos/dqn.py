@@ -4,6 +4,8 @@ Semantics (RLlib DQN): double-Q targets, Huber loss weighted by prioritized-repl
 weights, a hard target-network copy every `target_network_update_freq` updates, and the absolute
 TD errors returned per row so replay can refresh priorities. Exploration is the actor's: an
 epsilon that decays with the job's global env-step count (`algos.actors.EpsilonGreedyActor`).
+Where the env has legal-action masks, the value of s' is a max over its legal actions only
+(double Q: the online net's masked argmax, scored by the target net).
 
 A DQN group trains one policy on transition items: rows of every agent mapped to it. Its
 update is the contract's one-yield generator (in `NetworkAlgorithm`): the gradient is averaged
@@ -21,14 +23,19 @@ import torch.nn.functional as F
 
 from hpcmarl.algos.base import NetworkAlgorithm
 from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec
+from hpcmarl.algos.masking import masked_argmax, masked_max
 from hpcmarl.algos.networks import mlp, mlp_layout
 from hpcmarl.items.spec import ItemSpec, ReplaySpec
-from hpcmarl.replay.columns import transition_columns
+from hpcmarl.replay.columns import mask_columns, transition_columns
 
 
 def transition_item(group: GroupSpec, job: Any) -> ItemSpec:
-    """One agent's step, as DQN and BC learn from it (DESIGN.md §3 column names)."""
-    columns = transition_columns(group.dims(group.policies[0])[0])
+    """One agent's step, as DQN and BC learn from it (DESIGN.md §3 column names), with the
+    legal-action masks when the env has them."""
+    obs_dim, n_actions = group.dims(group.policies[0])
+    columns = transition_columns(obs_dim)
+    if group.action_masks:
+        columns += mask_columns(n_actions)
     selector = "prioritized" if job.replay.prioritized else "uniform"
     return ItemSpec("transition", columns, replay=ReplaySpec(selector))
 
@@ -91,9 +98,13 @@ class DQN(NetworkAlgorithm):
         rewards = self.tensor(batch, "rewards", torch.float32)
         next_obs = self.tensor(batch, "next_observations", torch.float32)
         terminated = self.tensor(batch, "terminations", torch.float32)
+        next_mask = None
+        if "next_action_masks" in batch:
+            next_mask = self.tensor(batch, "next_action_masks", torch.bool)
         q_taken = self.q(obs).gather(1, actions[:, None]).squeeze(1)
         with torch.no_grad():
-            target = rewards + self.cfg.gamma * (1.0 - terminated) * self._next_value(next_obs)
+            next_value = self._next_value(next_obs, next_mask)
+            target = rewards + self.cfg.gamma * (1.0 - terminated) * next_value
         td = q_taken - target  # truncation does not cut the bootstrap; termination does
         per_row = F.huber_loss(q_taken, target, reduction="none", delta=d.huber_delta)
         if weights is not None:
@@ -114,10 +125,12 @@ class DQN(NetworkAlgorithm):
         if self.steps % self.cfg.dqn.target_network_update_freq == 0:
             self.q_target.load_state_dict(self.q.state_dict())
 
-    def _next_value(self, next_obs: torch.Tensor) -> torch.Tensor:
-        """Value of s': double Q scores the online argmax with the target net."""
+    def _next_value(self, next_obs: torch.Tensor, next_mask: torch.Tensor | None) -> torch.Tensor:
+        """Value of s' over its legal actions: double Q scores the online argmax with the
+        target net; a row with no legal action is worth 0."""
         q_next_target = self.q_target(next_obs)
         if not self.cfg.dqn.double_q:
-            return q_next_target.max(dim=1).values
-        best = self.q(next_obs).argmax(dim=1, keepdim=True)
-        return q_next_target.gather(1, best).squeeze(1)
+            return masked_max(q_next_target, next_mask)
+        best = masked_argmax(self.q(next_obs), next_mask)
+        value = q_next_target.gather(1, best).squeeze(1)
+        return value if next_mask is None else torch.where(next_mask.any(dim=1), value, 0.0)

@@ -14,8 +14,10 @@ update, on one batch of fragments:
    value loss on normalised targets with the change of the value clipped, minus an entropy
    bonus; one averaged gradient and one Adam step per minibatch.
 
-Steps where an agent is not active (it finished before its episode did) carry no loss. The
-actor the collectors run is `algos.actors.CategoricalActor`; the critic stays here.
+Steps where an agent is not active (it finished before its episode did) carry no loss. Where the
+env has legal-action masks, fragments carry them and the loss scores the same masked policy the
+actor sampled from. The actor the collectors run is `algos.actors.CategoricalActor`; the critic
+stays here.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch.nn.functional as F
 
 from hpcmarl.algos.base import NetworkAlgorithm
 from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec, UpdateResult, UpdateSteps
+from hpcmarl.algos.masking import entropy_of, masked_log_softmax
 from hpcmarl.algos.networks import mlp, mlp_layout, orthogonal_init
 from hpcmarl.algos.returns import ValueNorm, gae
 from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec
@@ -41,7 +44,7 @@ POLICY_GAIN = 0.01
 def fragment_item(group: GroupSpec, job: Any) -> ItemSpec:
     """A fragment of the group's agents; the critic's inputs decide what else it holds."""
     ppo = job.learner.ppo
-    obs_dim = group.dims(group.policies[0])[0]
+    obs_dim, n_actions = group.dims(group.policies[0])
     columns = [
         Column("observations", "<f4", (obs_dim,)),
         Column("actions", "<i8"),
@@ -61,6 +64,8 @@ def fragment_item(group: GroupSpec, job: Any) -> ItemSpec:
         ]
     else:
         columns.append(Column("next_observations", "<f4", (obs_dim,)))
+    if group.action_masks:
+        columns.append(Column("action_masks", "|b1", (n_actions,)))
     replay = ReplaySpec("fifo", max_policy_lag=ppo.max_policy_lag)
     return ItemSpec(
         "fragment", tuple(columns), len(group.agents), job.collector.fragment_length, replay
@@ -172,6 +177,8 @@ class PPO(NetworkAlgorithm):
             "values": values.reshape(-1),
             "returns": (advantages + values).reshape(-1),
         }
+        if "action_masks" in batch:
+            flat["action_masks"] = rows(batch["action_masks"])
         data = {k: v[active] for k, v in flat.items()}
         if self.ppo.normalize_advantages and len(data["advantages"]) > 1:
             adv = data["advantages"]
@@ -225,7 +232,9 @@ class PPO(NetworkAlgorithm):
             nothing = torch.stack([p.sum() for p in self.params]).sum() * 0.0
             return self.backward(nothing), _EMPTY_STATS.copy()
         mb = {k: self.as_tensor(v[rows]) for k, v in data.items()}
-        log_probs, entropy = self.evaluate_actions(mb["observations"], mb["actions"], mb["agent"])
+        log_probs, entropy = self.evaluate_actions(
+            mb["observations"], mb["actions"], mb["agent"], mb.get("action_masks")
+        )
         ratio = torch.exp(log_probs - mb["log_probs"])
         policy_loss = clipped_surrogate(ratio, mb["advantages"], self.ppo.clip)
         values = self.networks["critic"](mb["critic_in"]).squeeze(-1)
@@ -255,11 +264,17 @@ class PPO(NetworkAlgorithm):
         return flat_grad, row
 
     def evaluate_actions(
-        self, obs: torch.Tensor, actions: torch.Tensor, agent: torch.Tensor
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        agent: torch.Tensor,
+        mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """log pi(a|o) and the entropy of pi(.|o) of each row, by the actor of its agent."""
+        """log pi(a|o) and the entropy of pi(.|o) of each row, by the actor of its agent, over
+        the legal actions when there is a `mask`."""
         if len(self.group.policies) == 1:
-            return _log_prob_entropy(self.acting(self.group.policies[0])(obs), actions)
+            logits = self.acting(self.group.policies[0])(obs)
+            return _log_prob_entropy(logits, actions, mask)
         log_probs = torch.empty_like(actions, dtype=torch.float32)
         entropy = torch.empty_like(log_probs)
         for policy in self.group.policies:
@@ -268,7 +283,8 @@ class PPO(NetworkAlgorithm):
             obs_dim, _ = self.group.dims(policy)
             ids = len(self.group.agents_of(policy)) if self.ppo.actor_agent_id else 0
             width = obs_dim + ids  # the one-hot is padded to the widest policy's
-            lp, ent = _log_prob_entropy(self.acting(policy)(obs[rows][:, :width]), actions[rows])
+            logits = self.acting(policy)(obs[rows][:, :width])
+            lp, ent = _log_prob_entropy(logits, actions[rows], None if mask is None else mask[rows])
             log_probs[rows], entropy[rows] = lp, ent
         return log_probs, entropy
 
@@ -326,9 +342,8 @@ def rows(x: np.ndarray) -> np.ndarray:
 
 
 def _log_prob_entropy(
-    logits: torch.Tensor, actions: torch.Tensor
+    logits: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    log_softmax = torch.log_softmax(logits, dim=-1)
+    log_softmax = masked_log_softmax(logits, mask)
     taken = log_softmax.gather(-1, actions[:, None]).squeeze(-1)
-    entropy = -(log_softmax.exp() * log_softmax).sum(-1)
-    return taken, entropy
+    return taken, entropy_of(log_softmax)

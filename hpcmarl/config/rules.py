@@ -12,6 +12,7 @@ from typing import Any
 
 from hpcmarl.algos.catalog import CATALOG
 from hpcmarl.config.docs import show
+from hpcmarl.config.schema import ENV_FAMILIES
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ WIDTHS = Rule(
 RULES: dict[str, Rule] = {
     "name": NAME,
     "seed": within(0, 2**32 - 1),
-    "env.kind": one_of("gymnasium", "pettingzoo"),
+    "env.kind": one_of(*ENV_FAMILIES),
     "env.id": Rule(bool, "must be non-empty", "an environment id", problem="is empty"),
     "env.num_envs": at_least(1),
     "agents.mapping": MAPPING,

@@ -11,17 +11,23 @@ from typing import Any
 
 from hpcmarl.algos.catalog import DQNConfig, PPOConfig
 
+ENV_FAMILIES = ("gymnasium", "pettingzoo", "openspiel")
+"""The values of `env.kind`; `envs.registry.ENV_KINDS` makes each (kept light: no env imports)."""
+
 
 @dataclass
 class EnvConfig:
     """Which environment the collectors and the evaluator run."""
 
     kind: str = "gymnasium"
-    """Environment family: `gymnasium` (one agent) or `pettingzoo` (parallel multi-agent API)."""
+    """Environment family: `gymnasium` (one agent), `pettingzoo` (parallel multi-agent API) or
+    `openspiel` (turn-based games, one player acting per step, with legal-action masks)."""
     id: str = "CartPole-v1"
-    """Environment id: a gymnasium id, or a PettingZoo module such as `mpe2.simple_spread_v3`."""
+    """Environment id: a gymnasium id, a PettingZoo module such as `mpe2.simple_spread_v3`, or
+    an OpenSpiel game name such as `kuhn_poker`."""
     kwargs: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments passed to the environment constructor."""
+    """Keyword arguments passed to the environment constructor (an OpenSpiel game's
+    parameters)."""
     num_envs: int = 1
     """Environment copies stepped together by each collector (a batched forward pass per step)."""
 

@@ -8,6 +8,13 @@ collector's hot loop is benchmarked against a bare loop of the same env.
 Every copy also has a global state (what a centralised critic sees): PettingZoo's `state()`
 where the env has one, else every agent's observation side by side; for gymnasium the
 observation itself. It is written only when the vector env asks (`with_state`).
+
+A copy may also know each agent's legal actions (`has_masks`): a gymnasium env gives them as
+`info["action_mask"]`, a PettingZoo env as observation dicts `{"observation", "action_mask"}`
+(only the observation part is the agent's observation). Like the state, masks are pulled by the
+vector env after each reset and step (`masks_into`), and only from envs that have them, so an
+env without masks pays one flag test per step. A gymnasium env's masks are found at its first
+reset: nothing in its spaces says it has them.
 """
 
 from __future__ import annotations
@@ -42,9 +49,19 @@ class StepBuffers:
     of an agent that finished before its episode did."""
     state: np.ndarray | None = None
     """float32 [num_envs, state_dim] after the step (the true s'), or None when not tracked."""
+    action_masks: list[np.ndarray] | None = None
+    """Per agent, bool [num_envs, n_actions]: the legal actions at the observation in `obs`;
+    None when the env has no masks."""
 
     @classmethod
-    def empty(cls, obs_dims: list[int], num_envs: int, state_dim: int | None) -> StepBuffers:
+    def empty(
+        cls,
+        obs_dims: list[int],
+        num_envs: int,
+        state_dim: int | None,
+        n_actions: list[int] | None = None,
+    ) -> StepBuffers:
+        """Buffers for one step; mask arrays only when `n_actions` (the env has masks)."""
         shape = (len(obs_dims), num_envs)
         return cls(
             obs=[np.empty((num_envs, d), dtype=np.float32) for d in obs_dims],
@@ -53,7 +70,15 @@ class StepBuffers:
             truncations=np.empty(shape, dtype=bool),
             active=np.ones(shape, dtype=bool),
             state=None if state_dim is None else np.empty((num_envs, state_dim), np.float32),
+            action_masks=empty_masks(n_actions, num_envs),
         )
+
+
+def empty_masks(n_actions: list[int] | None, num_envs: int) -> list[np.ndarray] | None:
+    """Per agent bool [num_envs, n] mask arrays, or None for an env without masks."""
+    if n_actions is None:
+        return None
+    return [np.empty((num_envs, n), dtype=bool) for n in n_actions]
 
 
 class EnvCopy(Protocol):
@@ -63,9 +88,17 @@ class EnvCopy(Protocol):
     observation_spaces: dict[str, gymnasium.Space]
     action_spaces: dict[str, gymnasium.Space]
     state_dim: int
+    has_masks: bool
+    """The env supplies legal-action masks (known after the first reset)."""
+    turn_based: bool
+    """One agent acts per step (`active`); the others' actions are ignored."""
 
     def state_into(self, i: int, out: np.ndarray) -> None:
         """Write the global state now into row `i` of `out`."""
+        ...
+
+    def masks_into(self, i: int, out: list[np.ndarray]) -> None:
+        """Write each agent's legal actions now into row `i` of its mask array."""
         ...
 
     def reset_into(self, seed: int | None, i: int, obs: list[np.ndarray]) -> None:
@@ -81,7 +114,11 @@ class EnvCopy(Protocol):
 
 
 class GymnasiumCopy:
-    """A gymnasium env as a one-agent copy; the episode is over on termination or truncation."""
+    """A gymnasium env as a one-agent copy; the episode is over on termination or truncation.
+    Masks come from `info["action_mask"]`; a step whose info lacks one (a terminal step, say)
+    gets an all-legal mask."""
+
+    turn_based = False
 
     def __init__(self, env: gymnasium.Env, env_id: str) -> None:
         self.env = env
@@ -89,20 +126,29 @@ class GymnasiumCopy:
         self.observation_spaces = {SINGLE_AGENT_ID: env.observation_space}
         self.action_spaces = {SINGLE_AGENT_ID: env.action_space}
         self._flat = flattener(env.observation_space, env_id)
-        self._offset = _action_offset(env.action_space)
+        self._offset = action_offset(env.action_space)
         self.state_dim = gymnasium.spaces.flatdim(env.observation_space)
         self._last: Any = None
+        self.has_masks = False
+        self._mask: Any = None
 
     def state_into(self, i: int, out: np.ndarray) -> None:
         out[i] = self._last
 
+    def masks_into(self, i: int, out: list[np.ndarray]) -> None:
+        out[0][i] = True if self._mask is None else self._mask
+
     def reset_into(self, seed: int | None, i: int, obs: list[np.ndarray]) -> None:
-        first, _ = self.env.reset(seed=seed)
+        first, info = self.env.reset(seed=seed)
         obs[0][i] = self._last = self._flat(first)
+        self._mask = info.get("action_mask")
+        self.has_masks = self.has_masks or self._mask is not None
 
     def step_into(self, actions: list[Any], i: int, out: StepBuffers) -> bool:
         action = actions[0] + self._offset if self._offset else actions[0]
-        obs, reward, terminated, truncated, _ = self.env.step(action)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self.has_masks:
+            self._mask = info.get("action_mask")
         out.obs[0][i] = self._last = self._flat(obs)
         out.rewards[0, i] = reward
         out.terminations[0, i] = terminated
@@ -115,16 +161,21 @@ class GymnasiumCopy:
 
 class ParallelCopy:
     """A PettingZoo parallel env. An agent that finished before the others gets padding rows
-    (zero obs, zero reward, terminated, not active) until the whole episode is over, which is
-    when the env has no live agents left."""
+    (zero obs, zero reward, terminated, not active, all actions legal) until the whole episode
+    is over, which is when the env has no live agents left."""
+
+    turn_based = False
 
     def __init__(self, env: Any, env_id: str) -> None:
         self.env = env
         self.agents = sorted(env.possible_agents)
-        self.observation_spaces = {a: env.observation_space(a) for a in self.agents}
+        spaces = {a: env.observation_space(a) for a in self.agents}
+        self.has_masks = all(has_mask_dict(space) for space in spaces.values())
+        self.observation_spaces = {a: observation_part(s) for a, s in spaces.items()}
         self.action_spaces = {a: env.action_space(a) for a in self.agents}
         self._flat = [flattener(self.observation_spaces[a], env_id) for a in self.agents]
-        self._offset = [_action_offset(self.action_spaces[a]) for a in self.agents]
+        self._masks: list[Any] = [None] * len(self.agents)
+        self._offset = [action_offset(self.action_spaces[a]) for a in self.agents]
         space = getattr(env, "state_space", None)
         self._own_state = space is not None and callable(getattr(env, "state", None))
         dims = [gymnasium.spaces.flatdim(self.observation_spaces[a]) for a in self.agents]
@@ -140,6 +191,10 @@ class ParallelCopy:
             out[i] = np.reshape(self.env.state(), -1)
         else:
             out[i] = np.concatenate(self._last)
+
+    def masks_into(self, i: int, out: list[np.ndarray]) -> None:
+        for k, mask in enumerate(self._masks):
+            out[k][i] = True if mask is None else mask
 
     def reset_into(self, seed: int | None, i: int, obs: list[np.ndarray]) -> None:
         first, _ = self.env.reset(seed=seed)
@@ -165,10 +220,32 @@ class ParallelCopy:
         self.env.close()
 
     def _write_obs(self, obs: dict[str, Any], i: int, arrays: list[np.ndarray]) -> None:
+        if self.has_masks:
+            obs = self._split_masks(obs)
         for k, agent in enumerate(self.agents):
             arrays[k][i] = self._flat[k](obs[agent]) if agent in obs else 0.0
             if not self._own_state:
                 self._last[k] = arrays[k][i]
+
+    def _split_masks(self, obs: dict[str, Any]) -> dict[str, Any]:
+        """Keep each agent's mask (None for a finished agent: all legal), return the
+        observation parts."""
+        self._masks = [obs[a]["action_mask"] if a in obs else None for a in self.agents]
+        return {a: part["observation"] for a, part in obs.items()}
+
+
+def has_mask_dict(space: gymnasium.Space) -> bool:
+    """PettingZoo's convention for legal actions: a Dict of `observation` and `action_mask`."""
+    return isinstance(space, gymnasium.spaces.Dict) and {"observation", "action_mask"} <= set(
+        space.spaces
+    )
+
+
+def observation_part(space: gymnasium.Space) -> gymnasium.Space:
+    """The agent's observation space without the mask, which is not something to learn from."""
+    if isinstance(space, gymnasium.spaces.Dict) and has_mask_dict(space):
+        return space["observation"]
+    return space
 
 
 def flattener(space: gymnasium.Space, env_id: str) -> Callable[[Any], Any]:
@@ -186,6 +263,6 @@ def flattener(space: gymnasium.Space, env_id: str) -> Callable[[Any], Any]:
     return lambda obs: gymnasium.spaces.flatten(space, obs)
 
 
-def _action_offset(space: gymnasium.Space) -> int:
+def action_offset(space: gymnasium.Space) -> int:
     """Policies emit actions 0..n-1; a Discrete space may start elsewhere."""
     return int(space.start) if isinstance(space, gymnasium.spaces.Discrete) else 0

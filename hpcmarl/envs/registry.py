@@ -1,7 +1,9 @@
 """Environment creation by family and id, with errors that name the id and a close match.
 
 `EnvConfig.kind` picks the family: `gymnasium` ids go through `gymnasium.make`; `pettingzoo`
-ids are module paths (`mpe2.simple_spread_v3`) whose `parallel_env(**kwargs)` builds the env.
+ids are module paths (`mpe2.simple_spread_v3`) whose `parallel_env(**kwargs)` builds the env
+(or, for AEC-only modules such as the classic games, `env(**kwargs)`, played turn by turn);
+`openspiel` ids are game names (`kuhn_poker`), played turn by turn (`envs.openspiel`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import gymnasium
 
 from hpcmarl.config.schema import EnvConfig
 from hpcmarl.envs.adapters import EnvCopy, GymnasiumCopy, ParallelCopy
+from hpcmarl.envs.aec import AECCopy
+from hpcmarl.envs.openspiel import make_openspiel
 from hpcmarl.errors import EnvError
 
 PETTINGZOO_EXAMPLE = "mpe2.simple_spread_v3"
+AEC_EXAMPLE = "pettingzoo.classic.tictactoe_v3"
 
 
 def make_env_copy(env_cfg: EnvConfig) -> EnvCopy:
@@ -49,25 +54,29 @@ def make_gymnasium(env_id: str, kwargs: dict[str, Any]) -> EnvCopy:
 
 
 def make_pettingzoo(env_id: str, kwargs: dict[str, Any]) -> EnvCopy:
-    """A PettingZoo parallel env from a module path such as `mpe2.simple_spread_v3`."""
+    """A PettingZoo env from a module path: its `parallel_env()` (`mpe2.simple_spread_v3`), or
+    for a module with only the AEC API, its `env()`, played turn by turn
+    (`pettingzoo.classic.tictactoe_v3`)."""
     module = _import_env_module(env_id)
-    if not hasattr(module, "parallel_env"):
+    api = "parallel_env" if hasattr(module, "parallel_env") else "env"
+    if not hasattr(module, api):
         raise EnvError(
-            f"module {env_id!r} has no parallel_env()",
-            f"give a PettingZoo env module with the parallel API, e.g. {PETTINGZOO_EXAMPLE}",
+            f"module {env_id!r} has neither parallel_env() nor env()",
+            f"give a PettingZoo env module, e.g. {PETTINGZOO_EXAMPLE} or {AEC_EXAMPLE}",
         )
     try:
-        env = module.parallel_env(**kwargs)
+        env = getattr(module, api)(**kwargs)
     except TypeError as exc:
         raise EnvError(
-            f"{env_id}.parallel_env rejects env.kwargs {kwargs}: {exc}", "fix or remove env.kwargs"
+            f"{env_id}.{api} rejects env.kwargs {kwargs}: {exc}", "fix or remove env.kwargs"
         ) from exc
-    return ParallelCopy(env, env_id)
+    return ParallelCopy(env, env_id) if api == "parallel_env" else AECCopy(env, env_id)
 
 
 ENV_KINDS: dict[str, Callable[[str, dict[str, Any]], EnvCopy]] = {
     "gymnasium": make_gymnasium,
     "pettingzoo": make_pettingzoo,
+    "openspiel": make_openspiel,
 }
 """Environment families by `env.kind`."""
 

@@ -3,7 +3,8 @@
 The loop is written here rather than borrowed from gymnasium's vector wrappers so that the final
 observation of an ended episode is always the true s' (`next_observations`) while the reset
 observation goes to `observations`, and so that the per-step overhead over a bare env loop stays
-a few list operations.
+a few list operations. Legal-action masks follow the same split (`next_action_masks` at s',
+`action_masks` for what to act on next) and exist only for envs that supply them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import gymnasium
 import numpy as np
 
 from hpcmarl.config.schema import EnvConfig
-from hpcmarl.envs.adapters import EnvCopy, StepBuffers
+from hpcmarl.envs.adapters import EnvCopy, StepBuffers, empty_masks
 from hpcmarl.envs.registry import make_env_copy
 from hpcmarl.errors import EnvError
 
@@ -44,11 +45,17 @@ class VectorStep:
     """float32 [num_envs, state_dim]: the true global s' (None unless the env tracks state)."""
     states: np.ndarray | None = None
     """The global state to act on next: `next_states`, or the reset state for ended copies."""
+    next_action_masks: AgentArrays | None = None
+    """bool [num_envs, n_actions] per agent: the legal actions at the true s' (None when the
+    env has no masks)."""
+    action_masks: AgentArrays | None = None
+    """The legal actions at `observations`: what the agents act on next."""
 
 
 class MultiAgentVectorEnv:
     """`num_envs` copies of one environment, auto-reset, copy i seeded `seed + i` on its first
-    reset. With `with_state`, `states` holds the global state of every copy."""
+    reset. With `with_state`, `states` holds the global state of every copy; for an env with
+    masks, `action_masks` holds the legal actions to act on now."""
 
     def __init__(self, copies: list[EnvCopy], seed: int, with_state: bool = False) -> None:
         if not copies:
@@ -68,6 +75,17 @@ class MultiAgentVectorEnv:
         self._obs_dims = [
             gymnasium.spaces.flatdim(first.observation_spaces[a]) for a in self.agents
         ]
+        self.turn_based = bool(first.turn_based)
+        """One agent acts per step (`VectorStep.active`); the others' actions are ignored."""
+        self.action_masks: AgentArrays | None = None
+        """bool [num_envs, n_actions] per agent now (after the last reset or step), or None
+        for an env without masks."""
+        self._n_actions: list[int] | None = None
+
+    @property
+    def has_masks(self) -> bool:
+        """Whether the env supplies legal-action masks; known once `reset()` has run."""
+        return self._n_actions is not None
 
     def obs_dim(self, agent: str) -> int:
         """Length of the agent's flattened observation."""
@@ -100,6 +118,13 @@ class MultiAgentVectorEnv:
             copy.reset_into(None if base is None else base + i, i, buffers.obs)
             if buffers.state is not None:
                 copy.state_into(i, buffers.state)
+        if self._copies[0].has_masks and self._n_actions is None:
+            self._n_actions = [self.n_actions(a) for a in self.agents]
+        masks = empty_masks(self._n_actions, self.num_envs)
+        if masks is not None:
+            for i, copy in enumerate(self._copies):
+                copy.masks_into(i, masks)
+            self.action_masks = self._by_agent(masks)
         self._seeded = True
         self.states = buffers.state
         return self._by_agent(buffers.obs)
@@ -109,20 +134,27 @@ class MultiAgentVectorEnv:
         if not self._seeded:
             raise RuntimeError("call reset() before the first step()")
         per_agent = [_rows(actions[a]) for a in self.agents]
-        out = StepBuffers.empty(self._obs_dims, self.num_envs, self._state_dim)
+        out = StepBuffers.empty(self._obs_dims, self.num_envs, self._state_dim, self._n_actions)
         ended = []
         for i, copy in enumerate(self._copies):
             if copy.step_into([a[i] for a in per_agent], i, out):
                 ended.append(i)
             if out.state is not None:
                 copy.state_into(i, out.state)
+            if out.action_masks is not None:
+                copy.masks_into(i, out.action_masks)
         observations = [o.copy() for o in out.obs]
         states = None if out.state is None else out.state.copy()
+        masks = None if out.action_masks is None else [m.copy() for m in out.action_masks]
         for i in ended:
             self._copies[i].reset_into(None, i, observations)
             if states is not None:
                 self._copies[i].state_into(i, states)
+            if masks is not None:
+                self._copies[i].masks_into(i, masks)
         self.states = states
+        next_masks = None if out.action_masks is None else self._by_agent(out.action_masks)
+        self.action_masks = None if masks is None else self._by_agent(masks)
         episode_ended = np.zeros(self.num_envs, dtype=bool)
         if ended:
             episode_ended[ended] = True
@@ -136,6 +168,8 @@ class MultiAgentVectorEnv:
             active=self._by_agent(out.active),
             next_states=out.state,
             states=states,
+            next_action_masks=next_masks,
+            action_masks=self.action_masks,
         )
 
     def close(self) -> None:

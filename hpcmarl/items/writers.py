@@ -10,6 +10,9 @@ out one batch of that group's items:
 - `FragmentWriter` (fragment items): one item per env copy, `[T, agents, ...]` per agent column
   and `[T, ...]` per group column, packed likewise; inactive steps stay, marked by `active`, so
   the time axis stays whole.
+- `TurnBasedWriter` (transition items of a turn-based env): a player's transition spans from
+  one of its decisions to its next one (or the episode's end), so it is stitched across steps
+  and fragments; see the class.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class StepRecord:
     """Global s_t, [num_envs, state_dim], when tracked."""
     extras: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     """Per agent, what its actor recorded (e.g. `log_probs`)."""
+    action_masks: dict[str, np.ndarray] | None = None
+    """Per agent, the legal actions at s_t, bool [num_envs, n_actions] (None: no masks)."""
 
 
 Getter = Callable[[StepRecord, str], object]
@@ -62,8 +67,16 @@ _SOURCES: dict[str, Getter] = {
     "step": lambda r, a: r.step_index,
     "state": lambda r, a: r.state,
     "next_state": lambda r, a: r.step.next_states,
+    "action_masks": lambda r, a: _masks(r.action_masks)[a],
+    "next_action_masks": lambda r, a: _masks(r.step.next_action_masks)[a],
 }
 """Where each column of DESIGN.md §3 comes from in a step record."""
+
+
+def _masks(masks: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    if masks is None:
+        raise ValueError("the item spec has mask columns and the env supplies no masks")
+    return masks
 
 
 def _getter(column: Column, agent_ids: dict[str, int]) -> Getter:
@@ -98,6 +111,14 @@ class ItemWriter:
     def allocate(self) -> PackedBatch:
         raise NotImplementedError
 
+    def add(self, record: StepRecord) -> None:
+        """Take one vector step of every agent."""
+        raise NotImplementedError
+
+    def batch(self) -> Batch:
+        """The items of the fragment just completed."""
+        raise NotImplementedError
+
     def reset(self) -> None:
         """Fresh buffers: the previous ones now belong to in-flight sends."""
         self.t = 0
@@ -107,6 +128,10 @@ class ItemWriter:
         """Close the current step; True when the items are complete."""
         self.t += 1
         return self.t == self.length
+
+    def discard_pending(self) -> None:
+        """The episodes in progress were cut (env recreated, seeded restart): forget what was
+        waiting for them. Writers that hold nothing across steps have nothing to forget."""
 
 
 class TransitionWriter(ItemWriter):
@@ -159,10 +184,115 @@ class FragmentWriter(ItemWriter):
         return self.columns
 
 
+_AT_TURN_OR_END: dict[str, tuple[Getter, Getter]] = {
+    "next_observations": (_SOURCES["observations"], _SOURCES["next_observations"]),
+    "next_action_masks": (_SOURCES["action_masks"], _SOURCES["next_action_masks"]),
+    "next_state": (_SOURCES["state"], _SOURCES["next_state"]),
+    "terminations": (lambda r, a: False, _SOURCES["terminations"]),
+    "truncations": (lambda r, a: False, _SOURCES["truncations"]),
+}
+"""The columns a turn-based transition takes where it ends: (at the agent's next turn, at the
+end of its episode). `rewards` is summed over the steps between; every other column is read
+where the agent acted."""
+
+
+class TurnBasedWriter(ItemWriter):
+    """Transitions of a turn-based env: one pending transition per (agent, env copy), opened
+    when the agent acts and completed at its next turn (next_obs is what it sees then, done
+    False) or at the end of the episode (the final observation, terminated or truncated). Its
+    reward is the sum of the agent's rewards in between, including those that arrive while it
+    waits, such as the payoff after the opponent's last move. A transition still pending when a
+    fragment ends carries over into the next one; an agent completes at most `length + 1`
+    transitions per fragment (one carried in, one per step), which sizes the buffers.
+    """
+
+    def __init__(
+        self,
+        spec: ItemSpec,
+        agents: list[str],
+        agent_ids: dict[str, int],
+        num_envs: int,
+        length: int,
+    ) -> None:
+        super().__init__(spec, agents, agent_ids, num_envs, length)
+        opened = [c for c in spec.columns if c.name not in (*_AT_TURN_OR_END, "rewards")]
+        shape = (len(agents), num_envs)
+        self.pending = {c.name: np.zeros(shape + c.shape, c.dtype) for c in opened}
+        """The columns of each pending transition, as read where the agent acted."""
+        self.starts = [(self.pending[n], self.getters[n]) for n in self.pending]
+        self.ends = [(n, _AT_TURN_OR_END[n]) for n in spec.names if n in _AT_TURN_OR_END]
+        self.pending_rewards = np.zeros(shape, np.float64)
+        self.waiting = np.zeros(shape, bool)
+        """(agent, copy) has a pending transition."""
+
+    def allocate(self) -> PackedBatch:
+        lead = (len(self.agents), self.num_envs, self.length + 1)
+        columns = allocate_packed([(c.name, c.dtype, lead + c.shape) for c in self.spec.columns])
+        self.completed = np.zeros(lead[:2], np.int64)
+        """Transitions completed this fragment per (agent, copy): the next free slot."""
+        return columns
+
+    def add(self, record: StepRecord) -> None:
+        ended = record.step.episode_ended
+        for j, agent in enumerate(self.agents):
+            acted = record.step.active[agent]
+            self._complete(j, agent, record, acted & self.waiting[j], at_end=False)
+            self._open(j, agent, record, acted)
+            self.pending_rewards[j] += record.step.rewards[agent]
+            self._complete(j, agent, record, ended & self.waiting[j], at_end=True)
+
+    def batch(self) -> Batch:
+        """The completed transitions, ordered by agent, then env copy, then completion."""
+        filled = np.arange(self.length + 1) < self.completed[..., None]
+        keep = filled.reshape(-1)
+        return pack({name: column[keep] for name, column in merge_leading(self.columns, 3).items()})
+
+    def discard_pending(self) -> None:
+        self.waiting[:] = False
+
+    def _open(self, j: int, agent: str, record: StepRecord, acted: np.ndarray) -> None:
+        rows = np.flatnonzero(acted)
+        if not len(rows):
+            return
+        for pending, get in self.starts:
+            pending[j, rows] = _rows_of(get(record, agent), rows)
+        self.pending_rewards[j, rows] = 0.0
+        self.waiting[j, rows] = True
+
+    def _complete(
+        self, j: int, agent: str, record: StepRecord, due: np.ndarray, at_end: bool
+    ) -> None:
+        rows = np.flatnonzero(due)
+        if not len(rows):
+            return
+        slots = self.completed[j, rows]
+        for name, pending in self.pending.items():
+            self.columns[name][j, rows, slots] = pending[j, rows]
+        for name, getters in self.ends:
+            value = getters[at_end](record, agent)
+            self.columns[name][j, rows, slots] = _rows_of(value, rows)
+        self.columns["rewards"][j, rows, slots] = self.pending_rewards[j, rows]
+        self.completed[j, rows] += 1
+        self.waiting[j, rows] = False
+
+
+def _rows_of(value: object, rows: np.ndarray) -> object:
+    """The copies' rows of a per-copy array; a per-step scalar (a version, a flag) as is."""
+    return value[rows] if isinstance(value, np.ndarray) and value.ndim else value
+
+
 def make_writer(
-    spec: ItemSpec, agents: list[str], agent_ids: dict[str, int], num_envs: int, length: int
-) -> TransitionWriter | FragmentWriter:
-    """The writer of a group's item kind."""
+    spec: ItemSpec,
+    agents: list[str],
+    agent_ids: dict[str, int],
+    num_envs: int,
+    length: int,
+    turn_based: bool = False,
+) -> ItemWriter:
+    """The writer of a group's item kind; transitions of a turn-based env are stitched from
+    each agent's turn to its next."""
+    if spec.kind == "transition" and turn_based:
+        return TurnBasedWriter(spec, agents, agent_ids, num_envs, length)
     if spec.kind == "transition":
         return TransitionWriter(spec, agents, agent_ids, num_envs, length)
     if spec.kind == "fragment":

@@ -28,7 +28,7 @@ from ..core import Role, policy_key
 from ..envs import make_vector_env
 from ..errors import ConfigError, EnvError
 from ..items.spec import ItemSpec
-from ..items.writers import TransitionWriter, make_writer
+from ..items.writers import ItemWriter, make_writer
 from ..metrics import MetricsSink
 from ..population import Population, server_for
 from ..replay.offline import load_share
@@ -51,6 +51,10 @@ class EnvSpec:
     state_dim: int = 0
     groups: dict[str, list[str]] | None = None
     """Training group -> its policies (None: one group per policy)."""
+    action_masks: bool = False
+    """The env supplies legal-action masks (they become item columns and actor inputs)."""
+    turn_based: bool = False
+    """One agent acts per step: transitions span from an agent's turn to its next one."""
 
     @property
     def policies(self) -> list[str]:
@@ -75,6 +79,7 @@ class EnvSpec:
             n_actions={a: self.n_actions[a] for a in agents},
             state_dim=self.state_dim,
             agent_ids={a: self.agents.index(a) for a in agents},
+            action_masks=self.action_masks,
         )
 
     def bindings(self, strategy_spec_id: str) -> dict[str, str]:
@@ -83,8 +88,10 @@ class EnvSpec:
 
 
 def probe_env(cfg: JobConfig) -> EnvSpec:
-    """Create the environment once to learn its agents and spaces; refuse misfits early."""
+    """Create the environment once to learn its agents, spaces and masks (a gymnasium env
+    shows its masks only at reset, hence the reset); refuse misfits early."""
     env = make_vector_env(cfg.env, 1, cfg.seed)
+    env.reset()
     policy_of = resolve_mapping(cfg.agents.mapping, env.agents)
     for agent in env.agents:
         registry.check_fits(cfg.learner.algo, env.action_space(agent))
@@ -99,6 +106,8 @@ def probe_env(cfg: JobConfig) -> EnvSpec:
         {a: env.n_actions(a) for a in env.agents},
         policy_of,
         env.state_dim,
+        action_masks=env.has_masks,
+        turn_based=env.turn_based,
     )
     spec.groups = resolve_groups(cfg.agents.groups, spec.policies) if cfg.agents.groups else None
     env.close()
@@ -282,7 +291,9 @@ def build_collector(
     writers = {}
     for group, item in items.items():
         agents = list(spec.group_spec(group, cfg.agents.strategy_spec_id).agents)
-        writers[group] = make_writer(item, agents, agent_ids, env.num_envs, length)
+        writers[group] = make_writer(
+            item, agents, agent_ids, env.num_envs, length, turn_based=spec.turn_based
+        )
 
     evaluations = itertools.count()
     restarts = itertools.count(7_919, 7_919)
@@ -316,9 +327,7 @@ def build_collector(
     )
 
 
-def transition_log_writers(
-    cfg: JobConfig, spec: EnvSpec, num_envs: int
-) -> dict[str, TransitionWriter]:
+def transition_log_writers(cfg: JobConfig, spec: EnvSpec, num_envs: int) -> dict[str, ItemWriter]:
     """One transition writer per agent, for the replay log of a job whose items are not
     transitions: logs always hold per-agent transition rows (docs/replay-format.md)."""
     from ..algos.dqn import transition_item
@@ -326,10 +335,17 @@ def transition_log_writers(
     writers = {}
     agent_ids = {a: i for i, a in enumerate(spec.agents)}
     for agent in spec.agents:
-        solo = EnvSpec([agent], spec.obs_dims, spec.n_actions, {agent: agent}, spec.state_dim)
+        solo = EnvSpec(
+            [agent],
+            spec.obs_dims,
+            spec.n_actions,
+            {agent: agent},
+            spec.state_dim,
+            action_masks=spec.action_masks,
+        )
         item = transition_item(solo.group_spec(agent, "log"), cfg)
         length = cfg.collector.fragment_length
-        writers[agent] = TransitionWriter(item, [agent], agent_ids, num_envs, length)
+        writers[agent] = make_writer(item, [agent], agent_ids, num_envs, length, spec.turn_based)
     return writers
 
 

@@ -22,9 +22,20 @@ def transition_columns(obs_dim: int) -> tuple[Column, ...]:
     )
 
 
+def mask_columns(n_actions: int) -> tuple[Column, ...]:
+    """The legal actions where the agent acted and at s', for envs that supply masks: the
+    masked max of DQN's target needs the second; the first records what the actor chose from."""
+    return (
+        Column("action_masks", "|b1", (n_actions,)),
+        Column("next_action_masks", "|b1", (n_actions,)),
+    )
+
+
 BATCH_COLUMNS = tuple(c.name for c in transition_columns(1))
 """Every column of a transition row."""
 TRANSITION_COLUMNS = BATCH_COLUMNS[:6]
 """One step of one agent: what a learner trains on."""
 BOOKKEEPING_COLUMNS = BATCH_COLUMNS[6:]
 """Where the step came from: the agent, its episode, the step in it, the weights that acted."""
+MASK_COLUMNS = tuple(c.name for c in mask_columns(1))
+"""Legal-action masks, present only for envs that supply them."""

@@ -12,7 +12,9 @@ have rows, and each shard's share must fit its table. Every shard then reads onl
 every shard holds rows of every policy and no learner request waits on an empty table.
 
 Rows go to the policy the *job* maps their agent to (`agent_id` indexes the env's agent list),
-so a dataset recorded with shared weights can train independent policies, and vice versa.
+so a dataset recorded with shared weights can train independent policies, and vice versa. For
+an environment with legal-action masks the dataset must hold them too (`MASK_COLUMNS`): the
+job's items carry them, and a target over illegal actions would be wrong.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ..analysis.reader import Source, Table, open_sources, replay_files
 from ..config.schema import JobConfig
 from ..errors import ConfigError
 from ..storage.hdf5 import StorageError
-from .columns import BATCH_COLUMNS
+from .columns import BATCH_COLUMNS, MASK_COLUMNS
 
 if TYPE_CHECKING:
     from ..launch.build import EnvSpec
@@ -46,6 +48,14 @@ class Stream:
     rows: int
     whole: bool
     """Every row of the table is this agent's (a log's agent group): read ranges directly."""
+    columns: tuple[str, ...] = BATCH_COLUMNS
+    """The columns the job's items need from it."""
+
+
+def dataset_columns(spec: EnvSpec) -> tuple[str, ...]:
+    """The columns an offline job reads: every transition column, and the masks where the env
+    has them."""
+    return BATCH_COLUMNS + MASK_COLUMNS if spec.action_masks else BATCH_COLUMNS
 
 
 def check_dataset(cfg: JobConfig, spec: EnvSpec) -> dict[str, int]:
@@ -109,13 +119,14 @@ def survey(
             "a run directory",
         )
     streams: dict[str, list[Stream]] = {}
+    columns = dataset_columns(spec)
     for source in open_sources(list(replay_files([path])), stack):
         if env_id is not None:
             _check_origin(source, spec, env_id)
         found = []
         for table in source.tables:
-            table.require(BATCH_COLUMNS)
-            found += _streams_of(source, table, spec.agents)
+            table.require(columns)
+            found += _streams_of(source, table, spec.agents, columns)
         if env_id is not None:
             _check_sizes(found, spec, env_id, source.n_actions)
         for stream in found:
@@ -128,13 +139,13 @@ def read_stream(stream: Stream, start: int, stop: int) -> Iterator[dict[str, np.
     table = stream.table
     if stream.whole:
         for first in range(start, stop, CHUNK_ROWS):
-            yield table.read(BATCH_COLUMNS, first, min(first + CHUNK_ROWS, stop))
+            yield table.read(stream.columns, first, min(first + CHUNK_ROWS, stop))
         return
     seen = 0  # the agent's rows before this chunk
     for first in range(0, table.rows, CHUNK_ROWS):
         if seen >= stop:
             return
-        chunk = table.read(BATCH_COLUMNS, first, first + CHUNK_ROWS)
+        chunk = table.read(stream.columns, first, first + CHUNK_ROWS)
         agents = chunk["agent_id"] == stream.agent
         position = np.cumsum(agents) - 1 + seen
         mine = agents & (position >= start) & (position < stop)
@@ -143,11 +154,13 @@ def read_stream(stream: Stream, start: int, stop: int) -> Iterator[dict[str, np.
             yield {name: column[mine] for name, column in chunk.items()}
 
 
-def _streams_of(source: Source, table: Table, agents: list[str]) -> list[Stream]:
+def _streams_of(
+    source: Source, table: Table, agents: list[str], columns: tuple[str, ...]
+) -> list[Stream]:
     """A log group is one agent; a checkpoint table may mix agents, counted by a scan."""
     if source.kind != "checkpoint":
         agent = agents.index(source.agents[source.tables.index(table)])
-        return [Stream(table, agent, table.rows, whole=True)]
+        return [Stream(table, agent, table.rows, whole=True, columns=columns)]
     counts = np.zeros(len(agents), np.int64)
     for first in range(0, table.rows, CHUNK_ROWS):
         ids = table.read(("agent_id",), first, first + CHUNK_ROWS)["agent_id"].astype(np.int64)
@@ -158,7 +171,11 @@ def _streams_of(source: Source, table: Table, agents: list[str]) -> list[Stream]
                 "train on data recorded in this environment",
             )
         counts += np.bincount(ids, minlength=len(agents))
-    return [Stream(table, k, int(n), whole=int(n) == table.rows) for k, n in enumerate(counts) if n]
+    return [
+        Stream(table, k, int(n), whole=int(n) == table.rows, columns=columns)
+        for k, n in enumerate(counts)
+        if n
+    ]
 
 
 _SAME_ENV_FIX = "train on data recorded in the job's environment, or set env.id to the dataset's"

@@ -14,10 +14,12 @@ def act_all(
     rng: np.random.Generator,
     env_steps: int,
     greedy: bool,
+    masks: dict[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
     """Actions of every agent and what each actor recorded beside them (e.g. `log_probs`),
-    with one forward pass per key over the agents bound to it. An agent's index (for actors
-    that take it) is its place among the agents bound to its key, in environment order."""
+    with one forward pass per key over the agents bound to it, among each agent's legal
+    actions when the env has `masks`. An agent's index (for actors that take it) is its place
+    among the agents bound to its key, in environment order."""
     by_key: dict[str, list[str]] = {}
     for agent in bindings:
         by_key.setdefault(bindings[agent], []).append(agent)
@@ -29,13 +31,22 @@ def act_all(
         if actor.spec.agent_ids:
             index = np.repeat(np.arange(len(agents)), len(obs[agents[0]]))
         if len(agents) == 1:
+            mask = None if masks is None else masks[agents[0]]
             result = actor.act(
-                obs[agents[0]], rng, env_steps=env_steps, greedy=greedy, agent_index=index
+                obs[agents[0]],
+                rng,
+                env_steps=env_steps,
+                greedy=greedy,
+                action_mask=mask,
+                agent_index=index,
             )
             actions[agents[0]], extras[agents[0]] = result.actions, result.extras
             continue
         joined = np.concatenate([obs[a] for a in agents])
-        result = actor.act(joined, rng, env_steps=env_steps, greedy=greedy, agent_index=index)
+        mask = None if masks is None else np.concatenate([masks[a] for a in agents])
+        result = actor.act(
+            joined, rng, env_steps=env_steps, greedy=greedy, action_mask=mask, agent_index=index
+        )
         parts = np.split(result.actions, len(agents))
         split_extras = {k: np.split(v, len(agents)) for k, v in result.extras.items()}
         for i, agent in enumerate(agents):

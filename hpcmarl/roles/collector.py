@@ -25,7 +25,7 @@ from ..algos.contract import Actor, PolicySpec
 from ..comm.protocol import Message
 from ..comm.transport import LocalTransport
 from ..core import Batch, Role
-from ..items.writers import StepRecord, TransitionWriter
+from ..items.writers import ItemWriter, StepRecord
 from ..population import server_for
 from .acting import act_all
 from .evaluation import Evaluation
@@ -53,7 +53,7 @@ class Collector(Role):
         remake_env: Callable[[], Any] | None = None,
         deterministic: bool = False,
         replay_log: Any = None,
-        log_writers: dict[str, TransitionWriter] | None = None,
+        log_writers: dict[str, ItemWriter] | None = None,
     ) -> None:
         super().__init__(name, transport)
         self.env, self.writers, self.shards, self.servers = env, writers, shards, servers
@@ -84,6 +84,8 @@ class Collector(Role):
         self.evaluation: Evaluation | None = None
         self.episodes = EpisodeTracker(env.num_envs, index=int(name.removeprefix("collector")))
         self.obs = env.reset()
+        self.masks = env.action_masks
+        """The legal actions at `obs` per agent, for envs that have masks (else None)."""
         self.fragments_sent = 0
         self.env_steps = 0
 
@@ -119,8 +121,9 @@ class Collector(Role):
         """Deterministic mode: every task starts fresh episodes from seeds the schedule fixes,
         with the versions it names, so no environment state needs saving between tasks."""
         self.obs = self.env.reset(seed=seed)
+        self.masks = self.env.action_masks
         self.episodes.restart()
-        self.reset_writers()
+        self.restart_writers()
         self.pull_weights(versions)
 
     def handle_credit(self, msg: Message) -> None:
@@ -193,7 +196,13 @@ class Collector(Role):
         assert self.task is not None
         state = self.env.states
         actions, extras = act_all(
-            self.actors, self.bindings, self.obs, self.rng, self.task["env_steps"], greedy=False
+            self.actors,
+            self.bindings,
+            self.obs,
+            self.rng,
+            self.task["env_steps"],
+            greedy=False,
+            masks=self.masks,
         )
         try:
             step = self.env.step(actions)
@@ -209,11 +218,12 @@ class Collector(Role):
             versions=self.agent_versions,
             state=state,
             extras=extras,
+            action_masks=self.masks,
         )
         for writer in self.all_writers:
             writer.add(record)
         self.episodes.record(step)
-        self.obs = step.observations
+        self.obs, self.masks = step.observations, step.action_masks
         self.env_steps += self.env.num_envs
         if self.advance_writers():
             self.end_fragment()
@@ -237,8 +247,15 @@ class Collector(Role):
             self.pull_weights()
 
     def reset_writers(self) -> None:
+        """Fresh buffers for the next fragment; transitions still pending carry over."""
         for writer in self.all_writers:
             writer.reset()
+
+    def restart_writers(self) -> None:
+        """Fresh buffers, and nothing pending: the episodes in progress were cut."""
+        for writer in self.all_writers:
+            writer.reset()
+            writer.discard_pending()
 
     def abandon_task(self, err: Exception) -> None:
         """notify_fail: report the lost task, start a fresh environment, ask for new work.
@@ -260,7 +277,8 @@ class Collector(Role):
         self.send("task_failed", "commander", meta)
         self.env = self.remake_env()
         self.obs = self.env.reset()
-        self.reset_writers()
+        self.masks = self.env.action_masks
+        self.restart_writers()
         self.episodes.restart()
         self.task = None
 

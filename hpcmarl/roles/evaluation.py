@@ -1,7 +1,9 @@
 """Greedy evaluation, stepped a little at a time so that the collector hosting it never blocks.
 
 One env copy per episode; each copy counts only its first episode. The return of a
-multi-agent episode is the team return (the sum over agents); per-agent returns are kept too.
+multi-agent episode is the team return (the sum over agents); per-agent returns are kept too,
+with every reward an agent gets, also those that arrive while it is not the one acting (a
+turn-based game's payoff after the opponent's last move).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ class Evaluation:
     def __init__(self, env: Any, actors: dict, bindings: dict[str, str]) -> None:
         self.env, self.actors, self.bindings = env, actors, bindings
         self.obs = env.reset()
+        self.masks = env.action_masks
         self.rng = np.random.default_rng(0)
         self.running = np.ones(env.num_envs, bool)
         self.agent_returns = {a: np.zeros(env.num_envs) for a in env.agents}
@@ -26,13 +29,15 @@ class Evaluation:
 
     def step(self) -> bool:
         """Advance every unfinished episode by one step; True once all have ended."""
-        actions, _ = act_all(self.actors, self.bindings, self.obs, self.rng, 0, greedy=True)
+        actions, _ = act_all(
+            self.actors, self.bindings, self.obs, self.rng, 0, greedy=True, masks=self.masks
+        )
         step = self.env.step(actions)
         for agent, rewards in step.rewards.items():
             self.agent_returns[agent] += np.where(self.running, rewards, 0.0)
         self.lengths += self.running
         self.running &= ~step.episode_ended
-        self.obs = step.observations
+        self.obs, self.masks = step.observations, step.action_masks
         return not self.running.any()
 
     def summary(self) -> dict:

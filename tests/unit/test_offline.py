@@ -181,3 +181,21 @@ def test_behaviour_cloning_learns_the_datasets_actions() -> None:
     restored.load_state_dict(bc.state_dict())
     np.testing.assert_array_equal(restored.group_weights(), bc.group_weights())
     assert restored.updates == 400
+
+
+def test_an_env_with_masks_needs_them_in_the_dataset(logs: Path, tmp_path: Path) -> None:
+    """A masked env's items carry the masks: a dataset without them is refused, one with them
+    hands them on."""
+    masked = EnvSpec(AGENTS, dict.fromkeys(AGENTS, 3), dict.fromkeys(AGENTS, 3), SHARED)
+    masked.action_masks = True
+    with pytest.raises(UserError, match="no action_masks, next_action_masks columns"):
+        list(load_share(str(logs), masked, 0, 1))
+    batches = whole_dataset(logs)
+    for batch in batches:
+        rows = len(batch["rewards"])
+        batch["action_masks"] = np.ones((rows, 3), bool)
+        batch["next_action_masks"] = np.arange(rows * 3).reshape(rows, 3) % 2 == 0
+    path = checkpoint_file(tmp_path / "ck", batches, capacity=4096)
+    share = [b for _, b in load_share(str(path), masked, 0, 1)]
+    assert {"action_masks", "next_action_masks"} <= set(share[0])
+    assert share[0]["next_action_masks"].dtype == bool
