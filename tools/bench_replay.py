@@ -1,14 +1,23 @@
-"""Replay table throughput against a bare numpy ring buffer measured in the same run.
+"""Replay table throughput against bare numpy baselines measured in the same run.
 
     python tools/bench_replay.py [--transitions N] [--capacity C] [--repeats R]
 
-Inserts CartPole-like transitions in batches of 32 rows and samples batches of 64 rows, through
-`ReplayTable` (uniform and prioritized) and through a baseline that does only the array work
-(slice assignment in, fancy indexing out). Contenders take turns for `--repeats` rounds and each
-keeps its best round, which filters out the noise of a shared machine. Prints a table, then as
-its last line one JSON object whose `*_ratio` fields are table / baseline throughput (1.0 = no
-overhead). What the table does beyond the baseline: schema checks on insert, insert ids and
-weights on sample; prioritized tables also keep a sum tree.
+Inserts CartPole-like transitions in batches of 32 rows (a collector's fragment) and samples
+batches of 64 rows (a learner's batch), through `ReplayTable` and through a baseline that does
+only the array work. Uniform tables are judged against a bare numpy ring (slice assignment in,
+fancy indexing out); prioritized tables against the same ring plus a bare numpy sum tree:
+insert at the maximum priority, a stratified proportional draw with importance weights, and a
+priority update of the sampled rows, each one vectorised pass per tree level. Contenders take
+turns for `--repeats` rounds and each keeps its best round, which filters out the noise of a
+shared machine. Before timing, the sum tree baseline is checked against the table (same draws,
+weights and rows from the same seed) and against its priorities (draw frequencies), so a fast
+but wrong baseline cannot flatter the table.
+
+Prints a table, then as its last line one JSON object whose `*_ratio` fields are table /
+baseline throughput (1.0 = no overhead). What the table does beyond its baseline: schema checks
+on insert; insert ids and weights on sample; prioritized tables also validate priorities, drop
+updates for rows overwritten since their sample, resolve repeated rows explicitly and guard
+draws that rounding pushes past a subtree's sum.
 """
 
 from __future__ import annotations
@@ -26,11 +35,29 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hpcmarl.replay.table import ReplayTable  # noqa: E402
+from hpcmarl.replay.table import ReplayTable, SampleInfo  # noqa: E402
 
 INSERT_ROWS = 32
 SAMPLE_ROWS = 64
 Batch = dict[str, np.ndarray]
+BASELINE_OF = {
+    "insert_uniform": "baseline_insert",
+    "sample_uniform": "baseline_sample",
+    "insert_prioritized": "baseline_prioritized_insert",
+    "sample_prioritized": "baseline_prioritized_sample",
+    "update_prioritized": "baseline_prioritized_update",
+    "sample_and_update_prioritized": "baseline_prioritized_sample_and_update",
+}
+"""Each table figure and the baseline figure it is divided by."""
+RATIOS = {
+    "insert_ratio": "insert_uniform",
+    "sample_uniform_ratio": "sample_uniform",
+    "prioritized_insert_ratio": "insert_prioritized",
+    "prioritized_sample_ratio": "sample_prioritized",
+    "prioritized_update_ratio": "update_prioritized",
+    "prioritized_sample_and_update_ratio": "sample_and_update_prioritized",
+}
+"""The names of the ratios in the JSON line (kept stable for whoever reads them)."""
 
 
 class Buffer(Protocol):
@@ -60,7 +87,7 @@ def make_batches(transitions: int, seed: int = 0) -> list[Batch]:
 
 
 class NumpyRing:
-    """The baseline: preallocated columns, slice assignment in, fancy indexing out, nothing else.
+    """The uniform baseline: preallocated columns, slice assignment in, fancy indexing out.
 
     Capacity is a multiple of the batch size, so an insert never wraps mid-batch.
     """
@@ -80,6 +107,100 @@ class NumpyRing:
     def sample(self, n: int) -> Batch:
         slots = self.rng.integers(0, self.size, n)
         return {name: column[slots] for name, column in self.columns.items()}
+
+
+class NumpySumTree(NumpyRing):
+    """The prioritized baseline: the ring plus a flat sum tree in heap order (root at 1, leaves
+    from `leaves` on), with the table's formulas (Schaul et al. 2016) and nothing else.
+
+    Every operation is one vectorised pass per tree level: an insert's leaves are a run, so
+    their parents are a run at every level (slices); a draw descends all B values together; an
+    update pushes all B changed leaves up together. The same seed gives the table's draws.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        example: Batch,
+        seed: int = 0,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+    ) -> None:
+        super().__init__(capacity, example, seed)
+        self.alpha, self.beta, self.eps = alpha, beta, eps
+        self.leaves = 1 << (capacity - 1).bit_length()
+        self.depth = self.leaves.bit_length() - 1
+        self.tree = np.zeros(2 * self.leaves)
+        self.right = self.tree[1:]  # right[i] is tree[i + 1]: a sibling by gather, no addition
+        self.max_priority = 1.0
+
+    def insert(self, batch: Batch) -> None:
+        """Columns as the ring; the new leaves at the maximum priority seen, then their parents."""
+        lo = self.cursor + self.leaves
+        super().insert(batch)
+        hi, tree = lo + INSERT_ROWS, self.tree
+        tree[lo:hi] = self.max_priority
+        while lo > 1:
+            lo, hi = lo >> 1, (hi + 1) >> 1
+            np.add(tree[2 * lo : 2 * hi : 2], tree[2 * lo + 1 : 2 * hi : 2], out=tree[lo:hi])
+
+    def sample(self, n: int) -> tuple[Batch, np.ndarray, np.ndarray]:
+        """One uniform value in each of n equal slices of the total, descended level by level;
+        weights (n * P(i))^-beta over their batch maximum, which is (p_i / p_min)^-beta."""
+        tree = self.tree
+        values = self.rng.random(n)
+        values += np.arange(n)
+        values *= float(tree[1]) / n
+        nodes = np.ones(n, dtype=np.int64)
+        for _ in range(self.depth):
+            nodes <<= 1
+            left = tree[nodes]
+            go_right = values >= left
+            np.subtract(values, left, out=values, where=go_right)
+            nodes += go_right
+        priorities = tree[nodes]
+        weights = np.power(priorities / priorities.min(), -self.beta, dtype=np.float32)
+        slots = nodes - self.leaves
+        return {name: column[slots] for name, column in self.columns.items()}, slots, weights
+
+    def update(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
+        """p = (|td| + eps)^alpha at the sampled leaves, then every parent from its children."""
+        priorities = (np.abs(td_errors) + self.eps) ** self.alpha
+        tree, right = self.tree, self.right
+        nodes = slots + self.leaves
+        tree[nodes] = priorities
+        for _ in range(self.depth):
+            nodes >>= 1
+            left = nodes << 1
+            tree[nodes] = tree[left] + right[left]
+        self.max_priority = max(self.max_priority, float(priorities.max()))
+
+
+def check_baseline() -> None:
+    """Refuse to time a wrong baseline: it must draw what the table draws from the same seed
+    (after wrapping the ring and updating priorities), and draw rows in proportion to their
+    priorities. A few tenths of a second; raises with what differs."""
+    batches, td = make_batches(512), np.random.default_rng(2).random(256) * 3.0
+    table, tree = ReplayTable(256, prioritized=True, seed=0), NumpySumTree(256, batches[0])
+    for batch in batches:
+        table.insert(batch)
+        tree.insert(batch)
+    table.update_priorities(np.arange(256), np.arange(256, 512), td)
+    tree.update(np.arange(256), td)
+    for _ in range(8):
+        rows, info = table.sample(SAMPLE_ROWS)
+        tree_rows, slots, weights = tree.sample(SAMPLE_ROWS)
+        same = np.array_equal(slots, info.indices) and np.allclose(weights, info.weights)
+        if not same or any(not np.array_equal(rows[k], tree_rows[k]) for k in rows):
+            raise RuntimeError("the sum tree baseline draws other rows than ReplayTable")
+        table.update_priorities(info.indices, info.insert_ids, td[:SAMPLE_ROWS])
+        tree.update(slots, td[:SAMPLE_ROWS])
+    leaves = tree.tree[tree.leaves : tree.leaves + 256]
+    draws = np.concatenate([tree.sample(SAMPLE_ROWS)[1] for _ in range(2000)])
+    error = np.abs(np.bincount(draws, minlength=256) / len(draws) - leaves / leaves.sum()).max()
+    if not np.isclose(tree.tree[1], leaves.sum()) or error > 1e-3:
+        raise RuntimeError(f"the sum tree baseline's draws stray {error:.4f} from its priorities")
 
 
 def best_rates(runs: dict[str, Callable[[], int]], repeats: int) -> dict[str, float]:
@@ -116,24 +237,40 @@ def sample_and_update(table: ReplayTable, calls: int, td_errors: np.ndarray) -> 
     return calls * SAMPLE_ROWS
 
 
+def baseline_sample_and_update(tree: NumpySumTree, calls: int, td_errors: np.ndarray) -> int:
+    for _ in range(calls):
+        _, slots, _ = tree.sample(SAMPLE_ROWS)
+        tree.update(slots, td_errors)
+    return calls * SAMPLE_ROWS
+
+
+def update_many(table: ReplayTable, draws: list[SampleInfo], td_errors: np.ndarray) -> int:
+    """Priority updates alone, for batches drawn beforehand (the same rows for both)."""
+    for info in draws:
+        table.update_priorities(info.indices, info.insert_ids, td_errors)
+    return len(draws) * SAMPLE_ROWS
+
+
+def baseline_update_many(tree: NumpySumTree, draws: list[SampleInfo], td: np.ndarray) -> int:
+    for info in draws:
+        tree.update(info.indices, td)
+    return len(draws) * SAMPLE_ROWS
+
+
 def measure(transitions: int, capacity: int, repeats: int) -> dict[str, float]:
-    """All throughputs in transitions/s, baseline and table interleaved in one process."""
+    """All throughputs in transitions/s, baselines and tables interleaved in one process."""
     batches = make_batches(transitions)
     calls = max(1, transitions // SAMPLE_ROWS)
-    make_ring = partial(NumpyRing, capacity, batches[0])
-    make_uniform = partial(ReplayTable, capacity)
-    make_prioritized = partial(ReplayTable, capacity, prioritized=True)
-    rates = best_rates(
-        {
-            "baseline_insert": partial(insert_all, make_ring, batches),
-            "insert_uniform": partial(insert_all, make_uniform, batches),
-            "insert_prioritized": partial(insert_all, make_prioritized, batches),
-        },
-        repeats,
-    )
-    ring, uniform, prioritized = make_ring(), make_uniform(), make_prioritized()
-    filled: tuple[Buffer, ...] = (ring, uniform, prioritized)
-    for buffer in filled:
+    makers: dict[str, Callable[[], Buffer]] = {
+        "baseline_insert": partial(NumpyRing, capacity, batches[0]),
+        "insert_uniform": partial(ReplayTable, capacity),
+        "baseline_prioritized_insert": partial(NumpySumTree, capacity, batches[0]),
+        "insert_prioritized": partial(ReplayTable, capacity, prioritized=True),
+    }
+    runs = {name: partial(insert_all, make, batches) for name, make in makers.items()}
+    rates = best_rates(runs, repeats)
+    ring, uniform, tree, prioritized = (make() for make in makers.values())
+    for buffer in (ring, uniform, tree, prioritized):
         for batch in batches:
             buffer.insert(batch)
     td_errors = np.random.default_rng(1).random(SAMPLE_ROWS)
@@ -141,10 +278,22 @@ def measure(transitions: int, capacity: int, repeats: int) -> dict[str, float]:
         {
             "baseline_sample": partial(sample_many, ring, calls),
             "sample_uniform": partial(sample_many, uniform, calls),
+            "baseline_prioritized_sample": partial(sample_many, tree, calls),
             "sample_prioritized": partial(sample_many, prioritized, calls),
+            "baseline_prioritized_sample_and_update": partial(
+                baseline_sample_and_update, tree, calls, td_errors
+            ),
             "sample_and_update_prioritized": partial(
                 sample_and_update, prioritized, calls, td_errors
             ),
+        },
+        repeats,
+    )
+    draws = [prioritized.sample(SAMPLE_ROWS)[1] for _ in range(calls)]
+    rates |= best_rates(
+        {
+            "baseline_prioritized_update": partial(baseline_update_many, tree, draws, td_errors),
+            "update_prioritized": partial(update_many, prioritized, draws, td_errors),
         },
         repeats,
     )
@@ -152,23 +301,21 @@ def measure(transitions: int, capacity: int, repeats: int) -> dict[str, float]:
 
 
 def report(rates: dict[str, float], transitions: int, capacity: int) -> dict[str, float]:
-    """Print the table and return the figures with their ratios to the baseline."""
+    """Print the table and return the figures with their ratios to the baselines."""
     figures: dict[str, float] = {"transitions": transitions, "capacity": capacity}
     figures.update({k: round(v) for k, v in rates.items()})
-    figures["insert_ratio"] = rates["insert_uniform"] / rates["baseline_insert"]
-    figures["insert_prioritized_ratio"] = rates["insert_prioritized"] / rates["baseline_insert"]
-    figures["sample_uniform_ratio"] = rates["sample_uniform"] / rates["baseline_sample"]
-    figures["sample_prioritized_ratio"] = rates["sample_prioritized"] / rates["baseline_sample"]
-    print(f"{'operation':<32}{'transitions/s':>16}{'vs baseline':>14}")
-    baseline = {"insert": rates["baseline_insert"], "sample": rates["baseline_sample"]}
-    for name, rate in rates.items():
-        kind = "sample" if "sample" in name else "insert"
-        print(f"{name:<32}{rate:>16,.0f}{rate / baseline[kind]:>14.2f}")
-    return {k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()}
+    ratio = {name: rates[name] / rates[base] for name, base in BASELINE_OF.items()}
+    figures.update({key: round(ratio[name], 3) for key, name in RATIOS.items()})
+    print(f"{'operation':<40}{'transitions/s':>14}  {'ratio':>5}  baseline")
+    for name, base in BASELINE_OF.items():
+        print(f"{name:<40}{rates[name]:>14,.0f}  {ratio[name]:>5.2f}  {base}")
+    for base in BASELINE_OF.values():
+        print(f"{base:<40}{rates[base]:>14,.0f}")
+    return figures
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="ReplayTable throughput vs a bare numpy ring.")
+    parser = argparse.ArgumentParser(description="ReplayTable throughput vs bare numpy baselines.")
     parser.add_argument("--transitions", type=int, default=2**18, help="rows inserted per run")
     parser.add_argument("--capacity", type=int, default=2**16, help="table capacity in rows")
     parser.add_argument("--repeats", type=int, default=7, help="rounds per figure; best is kept")
@@ -177,6 +324,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--capacity must be a positive multiple of {INSERT_ROWS}")
     if args.transitions < SAMPLE_ROWS:
         parser.error(f"--transitions must be at least {SAMPLE_ROWS}")
+    check_baseline()
     rates = measure(args.transitions, args.capacity, args.repeats)
     print(json.dumps(report(rates, args.transitions, args.capacity)))
 
