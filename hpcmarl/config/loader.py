@@ -108,6 +108,11 @@ def _read_text(path: str) -> str:
         with open(path, encoding="utf-8") as f:
             return f.read()
     except FileNotFoundError:
+        if path in all_keys():  # `python -m hpcmarl learner.lr`: an override lacking its value
+            raise ConfigError(
+                f"{path} is neither a job file nor KEY=VALUE",
+                f"give it a value to override it, e.g. {path}=VALUE; {EXPLAIN_HINT}",
+            ) from None
         raise ConfigError(
             f"job file {path} does not exist",
             "check the path, or leave the job file out to run the built-in default job",

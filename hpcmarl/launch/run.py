@@ -17,7 +17,7 @@ from typing import Any
 
 from ..comm.progress import Backoff
 from ..comm.transport import LocalTransport, MpiTransport
-from ..config.loader import job_from_dict, job_to_dict, load_job, save_resolved
+from ..config.loader import job_from_dict, job_to_dict, load_job
 from ..config.schema import JobConfig
 from ..core import Role
 from ..errors import UserError
@@ -25,6 +25,8 @@ from ..replay.offline import plan_offline
 from ..testing import faults
 from . import signals
 from .build import EnvSpec, build_roles, probe_env
+from .memory import Node, check_memory, gather_nodes
+from .preflight import check_allreduce, create_run_dir, run_dir_of
 from .resume import find_resume_point, restore_roles
 from .topology import Topology, build_topology
 
@@ -52,9 +54,10 @@ class Plan:
 def run_job(job_path: str | None, overrides: list[str]) -> int:
     """Entry point of `python -m hpcmarl train`; returns the process exit code."""
     comm = world_comm()
-    rank, size = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
+    rank = comm.Get_rank() if comm is not None else 0
     try:
-        outcome = plan_on_rank0(job_path, overrides, size) if rank == 0 else None
+        nodes = gather_nodes(comm)
+        outcome = plan_on_rank0(job_path, overrides, nodes) if rank == 0 else None
         if comm is not None:
             outcome = comm.bcast(outcome, root=0)
         assert outcome is not None
@@ -62,7 +65,7 @@ def run_job(job_path: str | None, overrides: list[str]) -> int:
             if rank == 0:
                 print(f"hpcmarl: error: {outcome[1]}", file=sys.stderr, flush=True)
             return UserError.exit_code
-        plan = expand_plan(outcome[1], size)
+        plan = expand_plan(outcome[1], len(nodes))
     except Exception as err:  # noqa: BLE001 - a rank that fails before the loop ends the world
         fail_rank(rank, None, err, "runs", comm)
         return 1
@@ -77,33 +80,27 @@ def world_comm() -> Any:
     return MPI.COMM_WORLD
 
 
-def plan_on_rank0(job_path: str | None, overrides: list[str], world_size: int) -> tuple:
-    """Parse, probe and place on rank 0; a user error becomes a message for every rank."""
+def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node]) -> tuple:
+    """Parse, probe, place and check on rank 0 (`nodes`: each rank's host and free memory); a
+    user error becomes a message for every rank. The run directory is created last, so that a
+    refused job writes nothing."""
     try:
         cfg = load_job(job_path, overrides)
         spec = probe_env(cfg)
-        build_topology(world_size, cfg.topology, spec.training_groups())
+        topology = build_topology(len(nodes), cfg.topology, spec.training_groups())
+        check_allreduce(cfg, topology)
+        check_memory(cfg, spec, topology, nodes)
         if cfg.offline.dataset:  # what the saved job names must not depend on the cwd
             cfg.offline.dataset = os.path.abspath(cfg.offline.dataset)
-        run_dir = choose_run_dir(cfg)
+        run_dir = cfg.runtime.run_dir = run_dir_of(cfg)
         resume_id = find_resume_point(cfg, run_dir)
         offline = plan_offline(cfg, spec, fresh=resume_id is None)
-        save_resolved(cfg, os.path.join(run_dir, "config.yaml"))
+        create_run_dir(cfg, run_dir)
         if offline:
             print(offline, flush=True)
     except UserError as err:
         return ("error", err.message())
     return ("ok", (job_to_dict(cfg), spec, run_dir, resume_id))
-
-
-def choose_run_dir(cfg: JobConfig) -> str:
-    """The job's run directory (created), `runs/<name>-<timestamp>` unless the job names one."""
-    run_dir = cfg.runtime.run_dir or os.path.join(
-        "runs", f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    )
-    os.makedirs(run_dir, exist_ok=True)
-    cfg.runtime.run_dir = run_dir
-    return run_dir
 
 
 def expand_plan(payload: tuple, world_size: int) -> Plan:
@@ -117,6 +114,7 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
     """Build this rank's roles and poll them until all have finished."""
     current: list[Role | None] = [None]
     roles: list[Role] = []
+    building = True
     try:
         configure_process(plan.cfg, rank)
         transport, group_comm = make_transport(plan.topology, comm)
@@ -128,12 +126,16 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
             restore_roles(
                 roles, plan.run_dir, plan.resume_id, shards, plan.cfg.replay.table_capacity
             )
+        building = False
         poll_until_finished(roles, transport, plan.cfg, current)
         transport.finish(plan.cfg.runtime.shutdown_timeout_s)
         close_roles(roles)
         return exit_code_of(roles)
     except Exception as err:  # noqa: BLE001 - any failure must end the whole world
         close_roles(roles)
+        if building and isinstance(err, UserError):
+            refuse_on_rank(rank, err, comm)
+            return UserError.exit_code
         fail_rank(rank, current[0], err, plan.run_dir, comm)
         return 1
 
@@ -193,6 +195,15 @@ def close_roles(roles: list[Role]) -> None:
 def exit_code_of(roles: list[Role]) -> int:
     codes = [getattr(role, "exit_code", 0) for role in roles]
     return max(codes, default=0)
+
+
+def refuse_on_rank(rank: int, err: UserError, comm: Any) -> None:
+    """A user error that only this rank met while building its roles (its peers passed rank
+    0's checks): the one-line message, then the world ends with exit code 2."""
+    print(f"hpcmarl: error: rank {rank}: {err.message()}", file=sys.stderr, flush=True)
+    if comm is not None:
+        time.sleep(ABORT_DRAIN_S)  # as in fail_rank: let the launcher forward the line
+        comm.Abort(UserError.exit_code)
 
 
 def fail_rank(rank: int, role: Role | None, err: BaseException, run_dir: str, comm: Any) -> None:

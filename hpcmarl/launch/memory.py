@@ -1,0 +1,245 @@
+"""Will the job fit in memory? An estimate made on rank 0 before any rank allocates.
+
+A replay table preallocates `replay.table_capacity` rows per column on its first insert, and a
+prioritized one a sum tree at construction; networks hold weights, gradients and optimizer
+moments. A job that asks for more than a node holds would otherwise be killed by the kernel (or
+the batch system's cgroup) minutes into the run, with no line saying why. So rank 0 adds up, per
+node, what the roles placed there will hold and refuses a job that does not fit, naming the
+figure and the key to change. The figures are upper bounds of what the roles hold; what Python,
+torch and the environments themselves take is already spent when the available memory is read.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..algos import registry
+from ..config.schema import JobConfig
+from ..core import policy_key
+from ..errors import ConfigError
+from ..items.spec import ItemSpec
+from ..population import server_for
+from .topology import Topology
+
+if TYPE_CHECKING:
+    from .build import EnvSpec
+
+GIB = float(1 << 30)
+LEARNER_COPIES = 6
+"""Network copies a learner holds per parameter: weights, target (or old policy), gradients,
+Adam's two moments, and the flat vector it averages and pushes."""
+SERVED_COPIES = 2
+"""Copies a parameter server or a collector holds: the weights and the message carrying them."""
+TREE_BYTES_PER_SLOT = 16
+"""A prioritized table's sum tree: float64 leaves and inner nodes, 2 x capacity rounded up to a
+power of two."""
+
+Node = tuple[str, int]
+"""(host name, bytes available) as one rank reports it."""
+
+
+@dataclass
+class NodeNeed:
+    """What the roles placed on one node will hold, in bytes."""
+
+    host: str
+    ranks: list[int]
+    available: int
+    tables: int = 0
+    networks: int = 0
+    per_item: int = 0
+    """At most the bytes one more item of `replay.table_capacity` costs on this node."""
+
+    @property
+    def total(self) -> int:
+        return self.tables + self.networks
+
+
+def this_node() -> Node:
+    """This process's host and the bytes it can still allocate."""
+    return socket.gethostname(), available_bytes()
+
+
+def gather_nodes(comm: Any) -> list[Node]:
+    """Every rank's (host, available bytes), by rank: one small allgather at start-up, so rank
+    0 can tell which ranks share a node."""
+    node = this_node()
+    return [node] if comm is None else list(comm.allgather(node))
+
+
+def available_bytes() -> int:
+    """MemAvailable (what can be allocated without swapping), lowered to what a cgroup limit
+    leaves (a Slurm job step is confined to its share of the node)."""
+    free = _meminfo_available()
+    if free is None:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    cgroup = _cgroup_headroom()
+    return free if cgroup is None else min(free, cgroup)
+
+
+def _meminfo_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+_CGROUP_FILES = (
+    ("memory.max", "memory.current", "inactive_file"),  # cgroup v2
+    ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),  # cgroup v1
+)
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _cgroup_headroom() -> int | None:
+    """What the tightest memory cgroup of this process still allows, if any is limited: its
+    limit less its usage, page cache that can be reclaimed not counted as used. The process's
+    own cgroup (a Slurm step's) and each ancestor (the job's) are read; inside a container the
+    mount's root is the process's own."""
+    found = []
+    for own in _own_cgroup_dirs():
+        for folder in (own, *own.parents):
+            if folder == _CGROUP_ROOT.parent:
+                break
+            rooms = (_headroom(folder, *files) for files in _CGROUP_FILES)
+            found += [room for room in rooms if room is not None]
+    return min(found, default=None)
+
+
+def _own_cgroup_dirs() -> list[Path]:
+    dirs = []
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "" or "memory" in controllers.split(","):
+                sub = _CGROUP_ROOT if controllers == "" else _CGROUP_ROOT / "memory"
+                dirs.append(sub / path.lstrip("/"))
+    except (OSError, ValueError):
+        pass
+    return dirs or [_CGROUP_ROOT, _CGROUP_ROOT / "memory"]
+
+
+def _headroom(folder: Path, limit_file: str, usage_file: str, cache_key: str) -> int | None:
+    try:
+        limit_text = (folder / limit_file).read_text().strip()
+        if limit_text == "max" or int(limit_text) >= 1 << 60:
+            return None
+        usage = int((folder / usage_file).read_text())
+        stat = (folder / "memory.stat").read_text().split()
+        cache = int(dict(zip(stat[::2], stat[1::2], strict=False)).get(cache_key, "0"))
+        return max(0, int(limit_text) - usage + cache)
+    except (OSError, ValueError):
+        return None
+
+
+def table_bytes(item: ItemSpec, capacity: int) -> tuple[int, int]:
+    """(bytes of one table of `capacity` items as a shard allocates them, at most bytes per
+    item: its columns and, when prioritized, up to two tree slots)."""
+    row = sum(math.prod(item.item_shape(c)) * np.dtype(c.dtype).itemsize for c in item.columns)
+    if item.replay.selector != "prioritized":
+        return capacity * row, row
+    tree = TREE_BYTES_PER_SLOT * (1 << (capacity - 1).bit_length())
+    return capacity * row + tree, row + 2 * TREE_BYTES_PER_SLOT
+
+
+def mlp_params(in_dim: int, hidden: Sequence[int], out_dim: int) -> int:
+    """Weights and biases of an MLP, counted without building it (it may be too large)."""
+    widths = [in_dim, *hidden, out_dim]
+    return sum((a + 1) * b for a, b in zip(widths, widths[1:], strict=False))
+
+
+def policy_params(cfg: JobConfig, spec: EnvSpec) -> dict[str, int]:
+    """policy -> parameters of its actor (an agent-index input included), plus the critic for
+    on-policy algorithms."""
+    hidden = cfg.learner.hidden_sizes
+    on_policy = registry.decl_of(cfg.learner.algo).on_policy
+    out = {}
+    for policy in spec.policies:
+        obs, actions = spec.policy_dims(policy)
+        agents = sum(1 for a in spec.agents if spec.policy_of[a] == policy)
+        out[policy] = mlp_params(obs + agents, hidden, actions)
+        if on_policy:
+            out[policy] += mlp_params(max(obs, spec.state_dim) + len(spec.agents), hidden, 1)
+    return out
+
+
+def node_needs(
+    cfg: JobConfig, spec: EnvSpec, topology: Topology, nodes: Sequence[Node]
+) -> list[NodeNeed]:
+    """Bytes each node's roles will hold; `nodes[r]` is what rank r reported."""
+    from .build import item_specs
+
+    capacity = cfg.replay.table_capacity
+    shard_bytes, shard_row = 0, 0
+    for item in item_specs(cfg, spec).values():
+        full, row = table_bytes(item, capacity)
+        shard_bytes, shard_row = shard_bytes + full, shard_row + row
+    params = policy_params(cfg, spec)
+    weights = 4 * sum(params.values())  # float32
+    servers = topology.names("param_server")
+    served: dict[str, int] = defaultdict(int)
+    for policy, n in params.items():
+        served[server_for(policy_key(cfg.agents.strategy_spec_id, policy), servers)] += 4 * n
+    by_host: dict[str, NodeNeed] = {}
+    for rank, (host, available) in enumerate(nodes):
+        need = by_host.setdefault(host, NodeNeed(host, [], available))
+        need.ranks.append(rank)
+        need.available = min(need.available, available)
+    for name, rank in topology.rank_of.items():
+        need = by_host[nodes[rank][0]]
+        kind = topology.kind_of[name]
+        if kind == "replay_shard":
+            need.tables += shard_bytes
+            need.per_item += shard_row
+        elif kind == "learner":
+            trained = topology.groups_of_learner[name]
+            group_params = sum(params[p] for g in trained for p in topology.groups[g])
+            need.networks += 4 * LEARNER_COPIES * group_params
+        elif kind == "param_server":
+            need.networks += SERVED_COPIES * served[name]
+        elif kind == "collector":
+            need.networks += SERVED_COPIES * weights
+    return list(by_host.values())
+
+
+def check_memory(cfg: JobConfig, spec: EnvSpec, topology: Topology, nodes: Sequence[Node]) -> None:
+    """Refuse a job whose replay tables and networks need more memory than a node has."""
+    needs = node_needs(cfg, spec, topology, nodes)
+    for need in needs:
+        if need.total > need.available:
+            where = "this node" if len(needs) == 1 else f"node {need.host} (ranks {need.ranks})"
+            raise ConfigError(_cause(need, where), _fix(cfg, need))
+
+
+def _cause(need: NodeNeed, where: str) -> str:
+    return (
+        f"the job needs {need.total / GIB:.1f} GiB of memory on {where} (replay tables "
+        f"{need.tables / GIB:.1f} GiB, networks {need.networks / GIB:.1f} GiB), which has "
+        f"{need.available / GIB:.1f} GiB available"
+    )
+
+
+def _fix(cfg: JobConfig, need: NodeNeed) -> str:
+    if need.tables >= need.networks and need.per_item:
+        fits = max(0, need.available - need.networks) // need.per_item
+        return (
+            f"lower replay.table_capacity (now {cfg.replay.table_capacity:,}; about "
+            f"{fits:,} fits), place fewer replay shards per node (topology.replay_shards, or "
+            "more nodes), or free memory on the node"
+        )
+    return (
+        f"lower learner.hidden_sizes (now {cfg.learner.hidden_sizes}), place fewer learners and "
+        "collectors per node (more nodes), or free memory on the node"
+    )
