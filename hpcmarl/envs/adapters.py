@@ -159,12 +159,10 @@ class GymnasiumCopy:
         self.env.close()
 
 
-class ParallelCopy:
-    """A PettingZoo parallel env. An agent that finished before the others gets padding rows
-    (zero obs, zero reward, terminated, not active, all actions legal) until the whole episode
-    is over, which is when the env has no live agents left."""
-
-    turn_based = False
+class PettingZooSpaces:
+    """What every PettingZoo copy, parallel or AEC, reads from its env's spaces: the agents in
+    sorted order, whether observations carry action masks, and per agent the observation part,
+    its flattener and the action offset."""
 
     def __init__(self, env: Any, env_id: str) -> None:
         self.env = env
@@ -174,8 +172,19 @@ class ParallelCopy:
         self.observation_spaces = {a: observation_part(s) for a, s in spaces.items()}
         self.action_spaces = {a: env.action_space(a) for a in self.agents}
         self._flat = [flattener(self.observation_spaces[a], env_id) for a in self.agents]
-        self._masks: list[Any] = [None] * len(self.agents)
         self._offset = [action_offset(self.action_spaces[a]) for a in self.agents]
+
+
+class ParallelCopy(PettingZooSpaces):
+    """A PettingZoo parallel env. An agent that finished before the others gets padding rows
+    (zero obs, zero reward, terminated, not active, all actions legal) until the whole episode
+    is over, which is when the env has no live agents left."""
+
+    turn_based = False
+
+    def __init__(self, env: Any, env_id: str) -> None:
+        super().__init__(env, env_id)
+        self._masks: list[Any] = [None] * len(self.agents)
         space = getattr(env, "state_space", None)
         self._own_state = space is not None and callable(getattr(env, "state", None))
         dims = [gymnasium.spaces.flatdim(self.observation_spaces[a]) for a in self.agents]

@@ -16,30 +16,18 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from hpcmarl.envs.adapters import (
-    StepBuffers,
-    action_offset,
-    flattener,
-    has_mask_dict,
-    observation_part,
-)
+from hpcmarl.envs.adapters import PettingZooSpaces, StepBuffers
 from hpcmarl.errors import EnvError
 
 
-class AECCopy:
+class AECCopy(PettingZooSpaces):
     """One PettingZoo AEC env; see the module docstring for what a step is."""
 
     turn_based = True
 
     def __init__(self, env: Any, env_id: str) -> None:
-        self.env, self.env_id = env, env_id
-        self.agents = sorted(env.possible_agents)
-        spaces = {a: env.observation_space(a) for a in self.agents}
-        self.has_masks = all(has_mask_dict(space) for space in spaces.values())
-        self.observation_spaces = {a: observation_part(s) for a, s in spaces.items()}
-        self.action_spaces = {a: env.action_space(a) for a in self.agents}
-        self._flat = [flattener(self.observation_spaces[a], env_id) for a in self.agents]
-        self._offset = [action_offset(self.action_spaces[a]) for a in self.agents]
+        super().__init__(env, env_id)
+        self.env_id = env_id
         dims = [gymnasium.spaces.flatdim(self.observation_spaces[a]) for a in self.agents]
         self.state_dim = sum(dims)
         self._last = [np.zeros(d, np.float32) for d in dims]
