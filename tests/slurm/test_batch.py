@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import FINAL_STATES, ROOT, Job, Submitter
+from .conftest import FINAL_STATES, JOB, ROOT, Job, Submitter
 
 pytestmark = pytest.mark.slow
 
@@ -40,23 +40,31 @@ def test_job_that_finishes_exits_0(submit: Submitter, launcher: str) -> None:
     job.expect("topology for 4 rank(s)" in log, f"{launcher} did not start 4 ranks of one world")
 
 
+def requeued_once(submit: Submitter, wall_time_s: int, job_file: Path = JOB) -> tuple[Job, str]:
+    """A 1-minute job whose training budget (`wall_time_s` on the training clock, which a
+    resumed run continues) outlasts its first allocation: it must checkpoint at the signal,
+    exit 75 and be requeued once; the requeued run gets 4 minutes, so it finishes inside one
+    allocation with no second signal cycle. Returns the job and its log."""
+    job = submit(
+        [*SMALL, "--time=1", "--signal=B:USR1@5"],
+        [f"commander.max_wall_time_s={wall_time_s}", "commander.max_env_steps=10000000", *QUICK],
+        job_file=job_file,
+    )
+    job.wait(lambda j: j.restarts >= 1 or j.state in FINAL_STATES, 150, "requeued")
+    job.expect(job.restarts == 1, "ended instead of being requeued")
+    subprocess.run(["scontrol", "update", f"JobId={job.id}", "TimeLimit=4"], check=True)
+    job.wait_final(timeout=240)
+    job.expect(job.state == "COMPLETED" and job.exit_code == 0, "resumed run did not exit 0")
+    return job, job.text()
+
+
 def test_time_limit_checkpoints_requeues_and_resumes(submit: Submitter) -> None:
     # slurmctld checks time limits every 30 s and sends the warning up to 30 s early, at the
     # first check with `now + 30 + N >= end`: with a 1-minute limit, @5 lands 25-55 s after the
     # start (@35 would land in the first seconds, possibly before Python has a handler).
     # The budget is 75 s on the training clock, which a resumed run continues: more than the
     # first run can do, so it must checkpoint at the signal, exit 75 and be requeued.
-    job = submit(
-        [*SMALL, "--time=1", "--signal=B:USR1@5"],
-        ["commander.max_wall_time_s=75", "commander.max_env_steps=10000000", *QUICK],
-    )
-    job.wait(lambda j: j.restarts >= 1 or j.state in FINAL_STATES, 150, "requeued")
-    job.expect(job.restarts == 1, "ended instead of being requeued")
-    # The resumed run finishes its budget inside one allocation: no second signal cycle.
-    subprocess.run(["scontrol", "update", f"JobId={job.id}", "TimeLimit=4"], check=True)
-    job.wait_final(timeout=240)
-    log = job.text()
-    job.expect(job.state == "COMPLETED" and job.exit_code == 0, "resumed run did not exit 0")
+    job, log = requeued_once(submit, wall_time_s=75)
     job.expect(job.restarts == 1, "requeued more than once")
     for line in (
         "hpcmarl-slurm: job {id} restart 0",
@@ -77,17 +85,7 @@ def test_mappo_checkpoints_at_the_time_limit_and_resumes(submit: Submitter) -> N
     """The on-policy path through the same cycle: its queues and the commander's books of
     fragments are in the checkpoint, and the requeued job trains on where it stopped."""
     mappo = ROOT / "jobs" / "spread_mappo.yaml"
-    job = submit(
-        [*SMALL, "--time=1", "--signal=B:USR1@5"],
-        ["commander.max_wall_time_s=70", "commander.max_env_steps=10000000", *QUICK],
-        job_file=mappo,
-    )
-    job.wait(lambda j: j.restarts >= 1 or j.state in FINAL_STATES, 150, "requeued")
-    job.expect(job.restarts == 1, "ended instead of being requeued")
-    subprocess.run(["scontrol", "update", f"JobId={job.id}", "TimeLimit=4"], check=True)
-    job.wait_final(timeout=240)
-    log = job.text()
-    job.expect(job.state == "COMPLETED" and job.exit_code == 0, "resumed run did not exit 0")
+    job, log = requeued_once(submit, wall_time_s=70, job_file=mappo)
     for line in ("hpcmarl: resumed from checkpoint", "hpcmarl: finished: wall-time limit reached"):
         job.expect(line in log, f"no line {line!r}")
     job.expect("group shared (policies shared)" in log, "not the MAPPO job")
