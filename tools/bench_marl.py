@@ -30,7 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -88,10 +90,11 @@ def _bare_loop(seconds: float, seed: int, out: mp.Queue) -> None:
     out.put(steps / (time.perf_counter() - start))
 
 
-def bare_rate(seconds: float) -> float:
-    """Env steps/s of one bare loop per core, run at once, summed."""
+def bare_rate(seconds: float, loop: Callable[..., None] = _bare_loop, *args: Any) -> float:
+    """Env steps/s of one bare loop per core, run at once, summed (`loop(*args, seconds,
+    seed, queue)` puts its own rate on the queue)."""
     queue: mp.Queue = mp.Queue()
-    procs = [mp.Process(target=_bare_loop, args=(seconds, i, queue)) for i in range(cores())]
+    procs = [mp.Process(target=loop, args=(*args, seconds, i, queue)) for i in range(cores())]
     for p in procs:
         p.start()
     rates = [queue.get() for _ in procs]

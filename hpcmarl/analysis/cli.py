@@ -89,12 +89,14 @@ def _guarded(body: Callable[[], int]) -> int:
 
 def _analyze(args: argparse.Namespace) -> int:
     from .plots import write_plots
+    from .psro import psro_summary
     from .report import render
 
     out = Path(args.out) if args.out else default_out(args.paths)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "episodes.jsonl", "w") as episodes:
         summary = analyze(args.paths, args.chunk_rows, episode_writer(episodes))
+    summary["psro"] = psro_summary(args.paths)
     plots = [] if args.no_plots else write_plots(summary, out)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (out / "report.md").write_text(render(summary, plots))

@@ -169,6 +169,46 @@ def _histograms(fig: Figure, hists: dict[str, Any], label: str) -> bool:
     return True
 
 
+def _psro_exploitability(fig: Figure, s: dict[str, Any]) -> bool:
+    psro = s.get("psro")
+    points = [r for r in (psro or {}).get("curve", []) if r["exploitability"] is not None]
+    if not points:
+        return False
+    ax = fig.add_subplot(1, 1, 1)
+    ax.plot([r["iteration"] for r in points], [r["exploitability"] for r in points], marker="o")
+    ax.set_xlabel("PSRO iteration")
+    ax.set_ylabel("exploitability (OpenSpiel)")
+    ax.set_yscale("log")
+    twin = ax.twiny()
+    twin.set_xlim(ax.get_xlim())
+    ticks = [r["iteration"] for r in points][:: max(1, len(points) // 6)]
+    twin.set_xticks(ticks)
+    times = {r["iteration"]: r["time_s"] for r in points}
+    twin.set_xticklabels([f"{times[t]:.0f}s" for t in ticks])
+    twin.set_xlabel("wall time")
+    ax.set_title("Exploitability of the meta-strategy")
+    return True
+
+
+def _psro_payoffs(fig: Figure, s: dict[str, Any]) -> bool:
+    psro = s.get("psro")
+    if not psro or not psro["payoffs"]:
+        return False
+    payoffs = _arr_2d(psro["payoffs"])
+    ax = fig.add_subplot(1, 1, 1)
+    bound = float(np.nanmax(np.abs(payoffs))) or 1.0
+    image = ax.imshow(payoffs, cmap="RdBu", vmin=-bound, vmax=bound)
+    fig.colorbar(image, ax=ax, label="player 0's mean return")
+    ax.set_xlabel("player 1's policy")
+    ax.set_ylabel("player 0's policy")
+    ax.set_title(f"Payoff matrix after iteration {psro['iterations']}")
+    return True
+
+
+def _arr_2d(values: list[list[float | None]]) -> np.ndarray:
+    return np.array([[np.nan if v is None else v for v in row] for row in values], float)
+
+
 def _arr(values: list[float | None]) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], float)
 
@@ -182,4 +222,6 @@ PLOTS: dict[str, Callable[[Figure, dict[str, Any]], bool]] = {
     "staleness.png": _staleness,
     "priorities.png": _priorities,
     "insertion_rate.png": _insertion,
+    "psro_exploitability.png": _psro_exploitability,
+    "psro_payoffs.png": _psro_payoffs,
 }

@@ -13,7 +13,7 @@ OVER_TRAINING_ROWS = 8
 
 
 def render(summary: dict[str, Any], plots: list[str] | None = None) -> str:
-    lines = ["# Replay analysis", ""]
+    lines = ["# Replay analysis", ""] + _psro(summary)
     if not summary["totals"]["items"]:
         return "\n".join(
             lines + _files(summary) + ["The files hold no rows (nothing flushed yet).", ""]
@@ -41,6 +41,29 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
         "| " + " | ".join(_num(v) if not isinstance(v, str) else v for v in r) + " |" for r in rows
     ]
     return out + [""]
+
+
+def _psro(s: dict[str, Any]) -> list[str]:
+    psro = s.get("psro")
+    if not psro:
+        return []
+    rows = [
+        [r["iteration"], r["env_steps"], r["time_s"], "x".join(map(str, r["population"]))]
+        + [r["exploitability"], r["nash_conv"]]
+        for r in psro["curve"]
+    ]
+    header = ["iteration", "env steps", "time s", "population", "exploitability", "NashConv"]
+    strategy = " | ".join(" ".join(f"{w:.3f}" for w in m) for m in psro["meta_strategy"])
+    return (
+        ["## PSRO", ""]
+        + _table(header, rows)
+        + [
+            f"Final exploitability {_num(psro['final_exploitability'])} (best "
+            f"{_num(psro['best_exploitability'])}) after {psro['iterations']} iterations; "
+            f"meta-strategy (player 0 | player 1): {strategy}.",
+            "",
+        ]
+    )
 
 
 def _files(s: dict[str, Any]) -> list[str]:

@@ -180,6 +180,14 @@ RULES: dict[str, Rule] = {
     "runtime.torch_threads": at_least(1),
     "runtime.idle_sleep_max_s": at_least(0),
     "runtime.shutdown_timeout_s": above(0),
+    "psro.iterations": at_least(0),
+    "psro.steps_per_iteration": at_least(1),
+    "psro.updates_per_iteration": at_least(1),
+    "psro.meta_solver": one_of("nash", "uniform", "prd"),
+    "psro.eval_episodes": at_least(2),
+    "psro.stop_exploitability": Rule(
+        lambda v: v is None or v >= 0, "must be >= 0 or null", "a non-negative number or null"
+    ),
 }
 
 ORDERED: tuple[tuple[str, str, str], ...] = (

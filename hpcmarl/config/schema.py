@@ -185,6 +185,31 @@ class OfflineConfig:
 
 
 @dataclass
+class PSROConfig:
+    """Policy-Space Response Oracles over a population of policies per player (two-player
+    OpenSpiel games such as kuhn_poker): each iteration trains one new best response per player
+    against the others' meta-strategy, evaluates the new matchups, solves the meta-game."""
+
+    enabled: bool = False
+    """Run PSRO instead of training one fixed set of policies."""
+    iterations: int = 20
+    """PSRO iterations (best responses per player) before the run stops; 0 means no limit."""
+    steps_per_iteration: int = 20_000
+    """Environment steps collected for the new best responses in one iteration (all players)."""
+    updates_per_iteration: int = 2_000
+    """Learner updates per training group (player) in one iteration."""
+    meta_solver: str = "nash"
+    """How the meta-strategy is solved from the payoff matrix: nash (linear program, two-player
+    zero-sum), uniform (fictitious play) or prd (projected replicator dynamics)."""
+    eval_episodes: int = 1_000
+    """Evaluation episodes per payoff-matrix entry (one matchup of policies)."""
+    exploitability: bool = True
+    """Compute the meta-strategy's exploitability with OpenSpiel after every iteration."""
+    stop_exploitability: float | None = None
+    """Stop once the exploitability is at most this; null disables it."""
+
+
+@dataclass
 class TopologyConfig:
     """How many of each role the job wants; placement on ranks follows from the world size."""
 
@@ -246,6 +271,8 @@ class JobConfig:
     """Replay files for offline analysis."""
     offline: OfflineConfig = field(default_factory=OfflineConfig)
     """Offline training from a dataset."""
+    psro: PSROConfig = field(default_factory=PSROConfig)
+    """Populations trained by PSRO."""
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     """Role counts."""
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)

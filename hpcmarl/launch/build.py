@@ -9,9 +9,11 @@ commander's population, and its class is what learners train.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,10 +33,11 @@ from ..items.spec import ItemSpec
 from ..items.writers import ItemWriter, make_writer
 from ..metrics import MetricsSink
 from ..population import Population, server_for
+from ..psro.checks import check_psro_job
 from ..replay.offline import load_share
 from ..roles.collector import Collector
 from ..roles.commander import Commander
-from ..roles.learner import GroupTrainer, Learner
+from ..roles.learner import GroupTrainer, Learner, Target
 from ..roles.param_server import ParameterServer
 from ..roles.replay_shard import ReplayShard
 from .topology import Topology
@@ -112,6 +115,7 @@ def probe_env(cfg: JobConfig) -> EnvSpec:
     spec.groups = resolve_groups(cfg.agents.groups, spec.policies) if cfg.agents.groups else None
     env.close()
     registry.check_job(cfg, spec.training_groups())
+    check_psro_job(cfg, spec.training_groups(), len(spec.agents))
     check_items(cfg, spec)
     return spec
 
@@ -233,7 +237,6 @@ def build_learner(
     """
     device = learner_device()
     servers = topology.names("param_server")
-    algo_class = registry.algorithm_class(cfg.learner.algo)
     groups = list(spec.training_groups())
     items = item_specs(cfg, spec)
     trainers = []
@@ -246,17 +249,19 @@ def build_learner(
         averager, line = make_averager(cfg.learner.allreduce, comm, f"group {group}")
         if line and members[0] == name:
             print(line, flush=True)
-        specs = registry.policy_specs(cfg, group_spec)
+        target = group_target(cfg, group_spec, seed, device, servers)
         trainers.append(
             GroupTrainer(
                 group,
-                algo_class(group_spec, cfg, seed, device),
+                target.algo,
                 items[group],
-                specs,
+                target.specs,
                 averager,
                 pushes_weights=members[0] == name,
-                servers={key: server_for(key, servers) for key in specs},
+                servers=target.servers,
                 members=members,
+                retarget=retarget_for(cfg, group_spec, seed, device, servers),
+                keys=dict(group_spec.keys),
             )
         )
     return Learner(
@@ -267,6 +272,28 @@ def build_learner(
         learner_shards(cfg, topology, name),
         sequential=cfg.commander.deterministic,
     )
+
+
+def group_target(
+    cfg: JobConfig, group_spec: GroupSpec, seed: int, device: str, servers: list[str]
+) -> Target:
+    """A group's algorithm, the policies it publishes and the servers that hold them."""
+    algo = registry.algorithm_class(cfg.learner.algo)(group_spec, cfg, seed, device)
+    specs = registry.policy_specs(cfg, group_spec)
+    return Target(algo, specs, {key: server_for(key, servers) for key in specs})
+
+
+def retarget_for(
+    cfg: JobConfig, group_spec: GroupSpec, seed: int, device: str, servers: list[str]
+) -> Callable[[dict[str, str], int], Target]:
+    """How the group switches to new keys (PSRO): fresh networks, seeded by the generation so
+    that every learner of the group builds the same ones."""
+
+    def retarget(keys: dict[str, str], generation: int) -> Target:
+        switched = dataclasses.replace(group_spec, keys=keys)
+        return group_target(cfg, switched, seed + 104_729 * generation, device, servers)
+
+    return retarget
 
 
 def learner_shards(cfg: JobConfig, topology: Topology, name: str) -> list[str]:
@@ -304,6 +331,12 @@ def build_collector(
             eval_seed = seed + 500_009 + 1_000 * next(evaluations)
         return make_vector_env(cfg.env, episodes, eval_seed)
 
+    score = None
+    if cfg.psro.enabled and cfg.psro.exploitability:
+        from ..envs.openspiel import load_game
+        from ..psro.exploitability import score_actors
+
+        score = functools.partial(score_actors, load_game(cfg.env.id, dict(cfg.env.kwargs)))
     replay_log = replay_log_for(cfg, spec, name)
     log_writers = None
     if replay_log is not None and any(w.spec.kind != "transition" for w in writers.values()):
@@ -324,6 +357,7 @@ def build_collector(
         deterministic=cfg.commander.deterministic,
         replay_log=replay_log,
         log_writers=log_writers,
+        score=score,
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -83,6 +84,25 @@ class PayoffTable:
             self.sums[(player, *entry)] += episodes[:, player].sum()
             self.sums_sq[(player, *entry)] += (episodes[:, player] ** 2).sum()
         self._counts[entry] += len(episodes)
+
+    def record_moments(
+        self, entry: tuple[int, ...], episodes: int, sums: Any, sums_sq: Any
+    ) -> None:
+        """Add `episodes` episodes of one matchup given as per-player sums and sums of squares
+        [P] (what an evaluation task reports instead of every episode's returns)."""
+        entry = self._checked_entry(entry)
+        sums, sums_sq = (np.asarray(x, dtype=np.float64) for x in (sums, sums_sq))
+        if sums.shape != (self.n_players,) or sums_sq.shape != (self.n_players,) or episodes < 1:
+            raise ValueError(
+                f"moments of shapes {sums.shape}, {sums_sq.shape} over {episodes} episodes do "
+                f"not fit a {self.n_players}-player table"
+            )
+        if not (np.isfinite(sums).all() and np.isfinite(sums_sq).all()):
+            raise ValueError(f"moments for entry {entry} hold NaN or infinite values")
+        for player in range(self.n_players):
+            self.sums[(player, *entry)] += sums[player]
+            self.sums_sq[(player, *entry)] += sums_sq[player]
+        self._counts[entry] += int(episodes)
 
     def mean(self) -> np.ndarray:
         """Mean return per player and entry [P, *sizes]; NaN where no episode was recorded."""

@@ -54,6 +54,7 @@ class Collector(Role):
         deterministic: bool = False,
         replay_log: Any = None,
         log_writers: dict[str, ItemWriter] | None = None,
+        score: Callable[[list[list[Actor]], list[list[float]]], dict[str, float]] | None = None,
     ) -> None:
         super().__init__(name, transport)
         self.env, self.writers, self.shards, self.servers = env, writers, shards, servers
@@ -61,6 +62,8 @@ class Collector(Role):
         self.remake_env = remake_env
         self.deterministic = deterministic
         self.replay_log, self.log_writers = replay_log, log_writers or {}
+        self.score = score
+        """Exploitability of a meta-strategy over populations of actors (PSRO jobs)."""
         self.all_writers = [*writers.values(), *self.log_writers.values()]
         self.env_failures = 0
         self.unacked = 0
@@ -74,6 +77,10 @@ class Collector(Role):
         self.agent_versions: dict[str, int] = {}
         """agent -> the version of the weights it acts with, what its items record."""
         self.credits = {shard: 0 for shard in shards}
+        self.recorded: set[str] = set(writers)
+        """The groups whose items this task ships (PSRO: only the learning player's)."""
+        self.greedy_keys: frozenset[str] = frozenset()
+        """Keys this task plays greedily (PSRO: the frozen opponents)."""
         self.on_policy = any(w.spec.replay.on_policy for w in writers.values())
         self.dealt = {group: 0 for group in writers}
         """Batches of each group sent so far: where its round robin over the shards stands."""
@@ -92,8 +99,10 @@ class Collector(Role):
     def work(self) -> bool:
         if self.task is None:
             return self.ask_for_task()
-        if self.task["kind"] == "eval":
+        if self.task["kind"] in ("eval", "matchup"):
             return self.evaluate()
+        if self.task["kind"] == "exploitability":
+            return self.score_exploitability()
         if self.outbox:
             return self.ship_fragments()
         if self.fragments_sent >= self.task["fragments"]:
@@ -108,18 +117,24 @@ class Collector(Role):
         self.bindings, self.ready = dict(msg.meta["bindings"]), False
         self.task_items = {group: {} for group in self.writers}
         self.episodes.start_task()
-        if self.task["kind"] == "eval":
+        self.recorded = set(msg.meta.get("record", self.writers))
+        self.greedy_keys = frozenset(msg.meta.get("greedy", ()))
+        if self.task["kind"] in ("eval", "matchup"):
             self.pull_weights(self.task.get("versions"))
             env = self.make_eval_env(self.task["episodes"], self.task.get("seed"))
             self.evaluation = Evaluation(env, self.actors, self.bindings)
-        elif self.deterministic:
-            self.start_seeded_episodes(self.task["seed"], self.task.get("versions", {}))
+        elif self.task["kind"] == "exploitability":
+            self.pull_weights(self.task["versions"])
+        elif self.deterministic or self.task.get("fresh"):
+            self.start_seeded_episodes(self.task.get("seed"), self.task.get("versions") or {})
         else:
             self.pull_weights(self.task.get("versions"))
 
-    def start_seeded_episodes(self, seed: int, versions: dict[str, int]) -> None:
+    def start_seeded_episodes(self, seed: int | None, versions: dict[str, int]) -> None:
         """Deterministic mode: every task starts fresh episodes from seeds the schedule fixes,
-        with the versions it names, so no environment state needs saving between tasks."""
+        with the versions it names, so no environment state needs saving between tasks. A
+        `fresh` task (PSRO: opponents drawn per task) starts fresh episodes the same way, so
+        that no episode mixes the policies of two tasks."""
         self.obs = self.env.reset(seed=seed)
         self.masks = self.env.action_masks
         self.episodes.restart()
@@ -201,7 +216,7 @@ class Collector(Role):
             self.obs,
             self.rng,
             self.task["env_steps"],
-            greedy=False,
+            greedy=self.greedy_keys,
             masks=self.masks,
         )
         try:
@@ -234,7 +249,7 @@ class Collector(Role):
 
     def end_fragment(self) -> None:
         self.env_failures = 0
-        batches = {group: writer.batch() for group, writer in self.writers.items()}
+        batches = {g: w.batch() for g, w in self.writers.items() if g in self.recorded}
         if self.replay_log is not None:
             logged = [w.batch() for w in self.log_writers.values()] or list(batches.values())
             for batch in logged:
@@ -293,8 +308,11 @@ class Collector(Role):
                 break
             self.outbox.popleft()
             self.credits[shard] -= 1
-            items = len(batch["actions"])
-            self.send("batch", shard, {"group": group, "items": items}, batch)
+            meta = {"group": group, "items": len(batch["actions"])}
+            generation = (self.task or {}).get("generation", 0)
+            if generation:
+                meta["generation"] = generation
+            self.send("batch", shard, meta, batch)
             self.unacked, shipped = self.unacked + 1, True
         return shipped
 
@@ -312,9 +330,9 @@ class Collector(Role):
         return None
 
     def pull_weights(self, min_versions: dict[str, int] | None = None) -> None:
-        """Ask for newer weights of every bound key (or of the keys of `min_versions`, which
-        names the versions the parameter server must have before it answers)."""
-        keys = set(min_versions) if min_versions else set(self.bindings.values())
+        """Ask for newer weights of every bound key and of the keys of `min_versions`, which
+        names the versions the parameter server must have before it answers."""
+        keys = set(self.bindings.values()) | set(min_versions or {})
         for key in sorted(keys):
             if key not in self.pulling:
                 self.pulling.add(key)
@@ -332,14 +350,29 @@ class Collector(Role):
             return False
         if not self.evaluation.step():
             return True
-        stats = self.evaluation.summary()
-        stats["versions"] = dict(self.versions)
-        self.send(
-            "task_done",
-            "commander",
-            {"task_id": self.task["task_id"], "eval": stats, "sent_bulk": self.sent_bulk},
-        )
+        report: dict[str, Any] = {"task_id": self.task["task_id"], "sent_bulk": self.sent_bulk}
+        if self.task["kind"] == "matchup":
+            report |= {"kind": "matchup", "matchup": self.evaluation.moments(self.task["players"])}
+        else:
+            stats = self.evaluation.summary()
+            report["eval"] = stats | {"versions": dict(self.versions)}
+        self.send("task_done", "commander", report)
         self.task, self.evaluation = None, None
+        return True
+
+    def score_exploitability(self) -> bool:
+        """PSRO: the meta-strategy's exploitability, once every population member's final
+        weights are here (computed here, not on the commander, which must keep answering)."""
+        assert self.task is not None
+        if self.pulling or not self.weights_ready():
+            return False
+        if self.score is None:
+            raise RuntimeError("an exploitability task reached a collector of a non-PSRO job")
+        populations = [[self.actors[key] for key in keys] for keys in self.task["populations"]]
+        result = self.score(populations, self.task["meta"])
+        report = {"task_id": self.task["task_id"], "kind": "exploitability"}
+        self.send("task_done", "commander", report | {"exploitability": result})
+        self.task = None
         return True
 
     def finish_task(self) -> bool:

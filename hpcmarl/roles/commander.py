@@ -24,7 +24,7 @@ from ..launch import signals
 from ..launch.topology import Topology
 from ..metrics import MetricsSink
 from ..population import Population, server_for
-from ..schedules import Context, FreeRunning, Grant, Lockstep, OnPolicy, Schedule, Situation
+from ..schedules import PSRO, Context, FreeRunning, Grant, Lockstep, OnPolicy, Schedule, Situation
 from .coordinator import CheckpointCoordinator
 from .run_stats import RunStats
 from .task_space import TaskSpace
@@ -85,14 +85,26 @@ class Commander(Role):
             groups,
             bindings,
             keys,
+            {key: member.spec for key, member in self.population.members.items()},
         )
 
     def start(self) -> None:
         """Announce every policy key to the parameter server that holds it."""
-        servers = self.topology.names("param_server")
         for key in self.population.keys():
-            spec = self.population.spec(key).to_json()
-            self.send("create_table", server_for(key, servers), {"key": key, "spec": spec})
+            self.announce(key)
+
+    def announce(self, key: str) -> None:
+        """MALib's create_table: the key's parameter server makes its table now."""
+        server = server_for(key, self.topology.names("param_server"))
+        self.send("create_table", server, {"key": key, "spec": self.population.spec(key).to_json()})
+
+    def add_policies(self) -> None:
+        """Policies the schedule adds (a PSRO iteration's best responses) join the population
+        and get their tables before any task names them."""
+        for spec, group in self.schedule.additions():
+            if spec.key not in self.population.members:  # a resumed run re-adds nothing
+                self.population.add(spec, trainable=True, group=group)
+            self.announce(spec.key)
 
     # -- the loop -------------------------------------------------------------------------
     def work(self) -> bool:
@@ -130,11 +142,11 @@ class Commander(Role):
         self.checkpoints.note_sent(role, msg.meta.get("sent_bulk", {}))
         if self.topology.kind_of[role] == "collector":
             self.collector_space.release()
-            kind = "eval" if "eval" in msg.meta else "collect"
+            kind = msg.meta.get("kind", "eval" if "eval" in msg.meta else "collect")
             self.schedule.on_task_done(role, kind, msg.meta)
             if kind == "eval":
                 self.on_eval(msg.meta["eval"])
-            else:
+            elif kind == "collect":
                 self.stats.on_collect(msg.meta["collect"])
                 self.record_episodes(role, msg.meta["collect"])
         else:
@@ -240,6 +252,7 @@ class Commander(Role):
     def grant_tasks(self) -> bool:
         """Apply what the schedule decides: the roles stop waiting, their tasks start."""
         grants = self.schedule.grants(self.situation())
+        self.add_policies()
         for grant in grants:
             self.apply(grant)
         self.record_schedule()
@@ -262,6 +275,8 @@ class Commander(Role):
     def record_schedule(self) -> None:
         for kind, row in self.schedule.records():
             self.sink.record(kind, {**row, "episodes": self.stats.episodes})
+        for line in self.schedule.lines():
+            self.sink.say(line)
 
     def increase_collector_task_space(self, n: int = 1) -> None:
         """Resume paused collectors."""
@@ -298,7 +313,10 @@ class Commander(Role):
         c = self.cfg.commander
         if self.check_signals():
             return
-        if self.stats.env_steps >= c.max_env_steps:
+        done = self.schedule.stop_reason()
+        if done is not None:
+            self.request_stop(done)
+        elif self.stats.env_steps >= c.max_env_steps:
             self.request_stop("step budget reached")
         elif c.max_updates and self.stats.total_updates() >= c.max_updates:
             self.request_stop("update budget reached")
@@ -405,6 +423,8 @@ class Commander(Role):
 def make_schedule(ctx: Context) -> Schedule:
     """Deterministic mode's rounds, or the free-running schedule of the algorithm's kind."""
     on_policy = CATALOG[ctx.cfg.learner.algo].on_policy
+    if ctx.cfg.psro.enabled:
+        return PSRO(ctx)
     if ctx.cfg.commander.deterministic:
         return Lockstep(ctx, on_policy)
     return OnPolicy(ctx) if on_policy else FreeRunning(ctx)

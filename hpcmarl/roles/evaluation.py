@@ -49,3 +49,13 @@ class Evaluation:
             "agent_returns": {a: float(np.mean(r)) for a, r in self.agent_returns.items()},
             "episodes": int(self.env.num_envs),
         }
+
+    def moments(self, players: list[list[str]]) -> dict[str, Any]:
+        """Each player's (its agents' summed) returns as episode count, sums and sums of
+        squares: what a payoff-table entry adds up over tasks."""
+        returns = [sum(self.agent_returns[a] for a in agents) for agents in players]
+        return {
+            "n": int(self.env.num_envs),
+            "sums": [float(np.sum(r)) for r in returns],
+            "sq": [float(np.sum(np.square(r))) for r in returns],
+        }

@@ -19,7 +19,9 @@ posted at the same point of every member's update sequence, so they match withou
 
 from __future__ import annotations
 
+import json
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +35,19 @@ from ..config.schema import LearnerConfig
 from ..core import Role
 from ..items.spec import ItemSpec
 from .state_tree import flatten, nest
+
+
+@dataclass
+class Target:
+    """What a group trains: its algorithm instance, the keys it publishes and their servers."""
+
+    algo: Algorithm
+    specs: dict[str, PolicySpec]
+    servers: dict[str, str]
+
+
+Retarget = Callable[[dict[str, str], int], Target]
+"""(policy id -> new key, generation) -> a fresh Target: how a group switches to new policies."""
 
 
 @dataclass
@@ -68,6 +83,14 @@ class GroupTrainer:
     dropped: dict[str, int] = field(default_factory=dict)
     """On-policy: stale fragments each shard dropped while serving this task."""
     stats: list = field(default_factory=list)
+    retarget: Retarget | None = None
+    keys: dict[str, str] = field(default_factory=dict)
+    """policy id -> the key this group trains now."""
+    earlier_updates: int = 0
+    """Updates applied to the group's earlier policies (before its last switch)."""
+    generation: int = 0
+    """How many times the group was retargeted (PSRO's iteration): the shards serve it only
+    items of this generation."""
 
     @property
     def on_policy(self) -> bool:
@@ -77,6 +100,11 @@ class GroupTrainer:
     def prioritized(self) -> bool:
         """Samples carry importance weights, and updates send priorities back."""
         return self.items.replay.selector == "prioritized"
+
+    @property
+    def updates(self) -> int:
+        """Updates this group applied, over all the policies it trained."""
+        return self.earlier_updates + self.algo.updates
 
     def done(self) -> bool:
         """The task's updates are applied and no collective is in flight."""
@@ -143,6 +171,9 @@ class Learner(Role):
 
     def handle_task(self, msg: Message) -> None:
         self.task, self.asked = msg.meta, False
+        for group, target in msg.meta.get("train", {}).items():
+            self.switch(self.trainers[group], target["keys"], int(target["generation"]))
+            self.publish(self.trainers[group])
         for trainer in self.trainers.values():
             trainer.remaining = msg.meta["updates"]
             trainer.stats, trainer.dropped, trainer.parts = [], {}, {}
@@ -161,6 +192,17 @@ class Learner(Role):
         if not trainer.awaiting:
             trainer.samples.append(self.join_parts(trainer))
 
+    def switch(self, trainer: GroupTrainer, keys: dict[str, str], generation: int) -> None:
+        """Train new policies from fresh networks (PSRO's next best response): every member
+        of the group builds the same ones, and the old policies stay frozen where published."""
+        if trainer.retarget is None:
+            raise RuntimeError(f"group {trainer.group} cannot switch policies in this job")
+        target = trainer.retarget(dict(keys), generation)
+        trainer.earlier_updates += trainer.algo.updates
+        trainer.algo, trainer.specs, trainer.servers = target.algo, target.specs, target.servers
+        trainer.keys, trainer.generation = dict(keys), generation
+        trainer.version, trainer.announced, trainer.unpushed = 0, False, False
+
     # -- batches ------------------------------------------------------------------------------
     def request_samples(self, trainer: GroupTrainer) -> None:
         """Off-policy: keep one request in flight per shard while this task needs batches."""
@@ -175,6 +217,8 @@ class Learner(Role):
             if shard not in trainer.awaiting:
                 trainer.awaiting.add(shard)
                 meta = {"group": trainer.group, "n": self.cfg.batch_size}
+                if trainer.generation:
+                    meta["generation"] = trainer.generation
                 self.send("sample_request", shard, meta)
 
     def request_fragments(self, trainer: GroupTrainer, take: dict[str, list[list[int]]]) -> None:
@@ -319,7 +363,7 @@ class Learner(Role):
             mean = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
             per_group[group] = {
                 **mean,
-                "updates": trainer.algo.updates,
+                "updates": trainer.updates,
                 "version": trainer.version,
                 "dropped": dict(trainer.dropped),
             }
@@ -329,7 +373,13 @@ class Learner(Role):
         import torch
 
         groups = {
-            g: {"algo": nest(t.algo.state_dict()), "version": t.version}
+            g: {
+                "algo": nest(t.algo.state_dict()),
+                "version": t.version,
+                "keys": json.dumps(t.keys),
+                "generation": t.generation,
+                "earlier_updates": t.earlier_updates,
+            }
             for g, t in self.trainers.items()
         }
         rng = torch.get_rng_state().numpy()
@@ -340,7 +390,11 @@ class Learner(Role):
 
         for group, entry in tree["groups"].items():
             trainer = self.trainers[group]
+            keys = json.loads(entry.get("keys", "{}"))
+            if keys and keys != trainer.keys:  # a PSRO run checkpointed after a switch
+                self.switch(trainer, keys, int(entry["generation"]))
             trainer.algo.load_state_dict(flatten(entry["algo"]))
+            trainer.earlier_updates = int(entry.get("earlier_updates", 0))
             trainer.version = int(entry["version"])
             trainer.announced = True
         torch.set_rng_state(torch.from_numpy(np.array(tree["torch_rng"], dtype=np.uint8)))
@@ -351,4 +405,4 @@ class Learner(Role):
         return {**super().counters(), "updates": self.updates()}
 
     def updates(self) -> int:
-        return sum(t.algo.updates for t in self.trainers.values())
+        return sum(t.updates for t in self.trainers.values())

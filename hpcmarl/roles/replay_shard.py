@@ -55,26 +55,46 @@ class ReplayShard(Role):
         # Deterministic mode's schedule fixes the ratio itself; a limiter would react to timing.
         # Offline, nothing is inserted after the start: any number of samples is fine.
         free = deterministic or dataset is not None
-        ratio = (0.0, 1) if free else (cfg.samples_per_insert, cfg.learning_starts)
-        for i, (group, replay) in enumerate(replay_of.items()):
-            if replay.on_policy:
-                self.tables[group] = ItemQueue(cfg.table_capacity)
-                continue
-            self.tables[group] = ReplayTable(
-                cfg.table_capacity,
-                prioritized=replay.selector == "prioritized",
-                alpha=cfg.alpha,
-                beta=cfg.beta,
-                eps=cfg.eps,
-                seed=seed + i,
-            )
-            self.limiters[group] = SampleToInsertRatio(*ratio, cfg.error_buffer)
+        self.ratio = (0.0, 1) if free else (cfg.samples_per_insert, cfg.learning_starts)
+        self.replay_of, self.seed = replay_of, seed
+        self.generations = dict.fromkeys(replay_of, 0)
+        """Group -> the generation its table holds (PSRO: the iteration of its best response);
+        items of an older one are dropped, a newer one empties the table."""
+        self.stale = 0
+        for group in replay_of:
+            self.new_table(group)
         self.pending_inserts: deque[Message] = deque()
         self.pending_samples: deque[Message] = deque()
         self.samples_served = 0
         self.collectors = collectors
         self.dataset = dataset
         self.restored = False
+
+    def new_table(self, group: str) -> None:
+        """An empty table (and limiter) for the group, as its replay spec says."""
+        replay, cfg = self.replay_of[group], self.cfg
+        if replay.on_policy:
+            self.tables[group] = ItemQueue(cfg.table_capacity)
+            return
+        self.tables[group] = ReplayTable(
+            cfg.table_capacity,
+            prioritized=replay.selector == "prioritized",
+            alpha=cfg.alpha,
+            beta=cfg.beta,
+            eps=cfg.eps,
+            seed=self.seed + list(self.replay_of).index(group) + 1_000 * self.generations[group],
+        )
+        relaxed = self.limiters[group].relaxed if group in self.limiters else False
+        self.limiters[group] = SampleToInsertRatio(*self.ratio, cfg.error_buffer)
+        self.limiters[group].relaxed = relaxed
+
+    def current(self, group: str, generation: int) -> bool:
+        """Whether a message of `generation` is for what the group's table holds; a newer
+        generation first replaces the table with an empty one."""
+        if generation > self.generations[group]:
+            self.generations[group] = generation
+            self.new_table(group)
+        return generation == self.generations[group]
 
     def start(self) -> None:
         if self.dataset is not None and not self.restored:
@@ -122,6 +142,9 @@ class ReplayShard(Role):
         for _ in range(len(self.pending_inserts)):
             msg = self.pending_inserts.popleft()
             group = msg.meta["group"]
+            if not self.current(group, msg.meta.get("generation", 0)):
+                self.drop_stale(msg)
+                continue
             limiter = self.limiters.get(group)
             if limiter is not None and not limiter.can_insert():
                 self.pending_inserts.append(msg)
@@ -145,11 +168,20 @@ class ReplayShard(Role):
             inserted += 1
         return inserted > 0
 
+    def drop_stale(self, msg: Message) -> None:
+        """A batch of a generation the group has left behind: not stored, its credit back."""
+        assert msg.arrays is not None
+        self.stale += 1
+        self.transport.recycle(msg.arrays)
+        if msg.src:
+            self.send("credit", msg.src, {"n": 1, "inserted": 1})
+
     def serve_allowed_samples(self) -> bool:
         served = 0
         for _ in range(len(self.pending_samples)):
             msg = self.pending_samples.popleft()
             group, n = msg.meta["group"], msg.meta["n"]
+            self.current(group, msg.meta.get("generation", 0))
             table = self.tables[group]
             assert isinstance(table, ReplayTable)
             if table.size == 0 or not self.limiters[group].can_sample(table.size):
@@ -180,9 +212,20 @@ class ReplayShard(Role):
         self.send("sample", msg.src, meta, items)
         self.samples_served += 1
 
+    def write_checkpoint_when_ready(self) -> bool:
+        """Insert what the (relaxed) limiters allow before the file is written: a batch that
+        arrived in the same poll as the cut's last expected one belongs in the table, not in
+        the file's list of pending inserts."""
+        self.insert_allowed_batches()
+        return super().write_checkpoint_when_ready()
+
     def state(self) -> dict:
         pending = {
-            str(i): {"group": m.meta["group"], "columns": dict(m.arrays or {})}
+            str(i): {
+                "group": m.meta["group"],
+                "generation": m.meta.get("generation", 0),
+                "columns": dict(m.arrays or {}),
+            }
             for i, m in enumerate(self.pending_inserts)
         }
         return {
@@ -191,9 +234,13 @@ class ReplayShard(Role):
             "limiters": {g: dict(lim.state()) for g, lim in self.limiters.items()},
             "pending_inserts": pending,
             "samples_served": self.samples_served,
+            "generations": dict(self.generations),
         }
 
     def load_state(self, tree: dict) -> None:
+        for group, generation in tree.get("generations", {}).items():
+            self.generations[group] = int(generation)
+            self.new_table(group)
         for group, table_state in tree["tables"].items():
             self.tables[group].load_state(flatten(table_state))
             if group in self.limiters:
@@ -201,7 +248,11 @@ class ReplayShard(Role):
         for i in sorted(tree["pending_inserts"], key=int):
             entry = tree["pending_inserts"][i]
             columns = entry["columns"]
-            meta = {"group": entry["group"], "items": len(next(iter(columns.values())))}
+            meta = {
+                "group": entry["group"],
+                "items": len(next(iter(columns.values()))),
+                "generation": int(entry.get("generation", 0)),
+            }
             self.pending_inserts.append(Message("batch", "", self.name, meta, columns))
         self.samples_served = int(tree["samples_served"])
         self.restored = True

@@ -6,11 +6,22 @@ at a boundary where it may stop or checkpoint. Each is a strategy behind `base.S
 - `OnPolicy`: fragments collected with recent weights, trained once; collectors run ahead of the
   learners by at most `max_policy_lag` versions (`ledger.FragmentLedger` keeps the books).
 - `Lockstep`: deterministic mode, for either kind: fixed rounds in a fixed order.
+- `PSRO`: populations that grow by one best response per player each iteration.
 """
 
 from hpcmarl.schedules.base import Context, Grant, Schedule, Situation
 from hpcmarl.schedules.free_running import FreeRunning
 from hpcmarl.schedules.lockstep import Lockstep
 from hpcmarl.schedules.on_policy import OnPolicy
+from hpcmarl.schedules.psro import PSRO
 
-__all__ = ["Context", "FreeRunning", "Grant", "Lockstep", "OnPolicy", "Schedule", "Situation"]
+__all__ = [
+    "PSRO",
+    "Context",
+    "FreeRunning",
+    "Grant",
+    "Lockstep",
+    "OnPolicy",
+    "Schedule",
+    "Situation",
+]

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from hpcmarl.algos.contract import PolicySpec
 from hpcmarl.config.schema import JobConfig
 from hpcmarl.roles.task_space import new_task_id
 
@@ -29,7 +30,9 @@ class Context:
     bindings: Mapping[str, str]
     """agent -> the policy key it acts with."""
     keys: Mapping[str, tuple[str, ...]]
-    """Training group -> the keys it publishes."""
+    """Training group -> the keys it publishes at start."""
+    specs: Mapping[str, PolicySpec] = field(default_factory=dict)
+    """Key -> PolicySpec of every policy at start (a schedule that adds policies copies them)."""
 
     @property
     def crews(self) -> dict[tuple[str, ...], tuple[str, ...]]:
@@ -96,6 +99,19 @@ class Schedule:
     def records(self) -> list[tuple[str, dict[str, Any]]]:
         """Metric rows (kind, row) the schedule produced since the last call."""
         return []
+
+    def lines(self) -> list[str]:
+        """Progress lines for stdout the schedule produced since the last call."""
+        return []
+
+    def additions(self) -> list[tuple[PolicySpec, str]]:
+        """Policies (spec, training group) to add to the population since the last call: the
+        commander registers them and announces their tables before any task uses them."""
+        return []
+
+    def stop_reason(self) -> str | None:
+        """Why the schedule's own work is complete (PSRO's iteration limit), or None."""
+        return None
 
     def state(self) -> dict[str, Any]:
         return {}

@@ -9,6 +9,7 @@ directory, so the header's `--output=runs/slurm-%j.out` and the default run dire
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -89,6 +90,22 @@ def test_mappo_checkpoints_at_the_time_limit_and_resumes(submit: Submitter) -> N
     for line in ("hpcmarl: resumed from checkpoint", "hpcmarl: finished: wall-time limit reached"):
         job.expect(line in log, f"no line {line!r}")
     job.expect("group shared (policies shared)" in log, "not the MAPPO job")
+
+
+def test_psro_checkpoints_at_the_time_limit_and_resumes_the_same_iteration(
+    submit: Submitter,
+) -> None:
+    """A PSRO job through the same cycle: the registry, the payoff table and the iteration's
+    progress are in the checkpoint, and the requeued job continues the iteration it was in."""
+    psro = ROOT / "jobs" / "kuhn_psro.yaml"
+    job, log = requeued_once(submit, wall_time_s=70, job_file=psro)
+    for line in ("hpcmarl: resumed from checkpoint", "hpcmarl: finished: wall-time limit reached"):
+        job.expect(line in log, f"no line {line!r}")
+    iterations = [int(m) for m in re.findall(r"hpcmarl: psro iteration (\d+):", log)]
+    job.expect(iterations[:2] == [0, 1], f"no PSRO iterations in the log: {iterations}")
+    job.expect(iterations == sorted(set(iterations)), f"an iteration ran twice: {iterations}")
+    resumed = log[log.index("hpcmarl: resumed from checkpoint") :]
+    job.expect("psro iteration" in resumed, "the resumed job finished no PSRO iteration")
 
 
 def test_crash_is_not_requeued(submit: Submitter) -> None:

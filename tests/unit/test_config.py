@@ -324,6 +324,12 @@ BAD_VALUES = {
     "runtime.torch_threads": 0,
     "runtime.idle_sleep_max_s": -1,
     "runtime.shutdown_timeout_s": 0,
+    "psro.iterations": -1,
+    "psro.steps_per_iteration": 0,
+    "psro.updates_per_iteration": 0,
+    "psro.meta_solver": "alpharank",
+    "psro.eval_episodes": 1,
+    "psro.stop_exploitability": -0.1,
 }
 
 

@@ -1,0 +1,64 @@
+"""What a PSRO job must be, refused at start-up in one message each.
+
+PSRO here grows one population per player of a two-player game, trains each new policy as a
+best response with an off-policy algorithm whose greedy policy is the frozen strategy, and
+scores the meta-strategy with OpenSpiel's exploitability, which needs the game's tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpcmarl.errors import ConfigError, EnvError
+
+PSRO_ALGOS = ("dqn",)
+"""Algorithms that can be PSRO's best-response oracle (a frozen member plays its greedy policy,
+which for these is the policy they learned)."""
+
+
+def check_psro_job(cfg: Any, groups: dict[str, list[str]], n_agents: int) -> None:
+    """Refuse a PSRO job that this PSRO cannot run, naming the setting to change."""
+    if not cfg.psro.enabled:
+        return
+    if cfg.offline.dataset or cfg.commander.deterministic:
+        raise ConfigError(
+            "psro.enabled trains new policies online, one iteration after another; the job "
+            "also sets offline.dataset or commander.deterministic",
+            "drop offline.dataset and commander.deterministic from a PSRO job",
+        )
+    if cfg.learner.algo not in PSRO_ALGOS:
+        raise ConfigError(
+            f"learner.algo = {cfg.learner.algo} cannot be PSRO's best-response oracle yet",
+            f"set learner.algo to one of {list(PSRO_ALGOS)}",
+        )
+    if len(groups) != 2 or n_agents != 2:
+        raise ConfigError(
+            f"PSRO plays two-player games with one policy per player; this job has {n_agents} "
+            f"agents in {len(groups)} training groups",
+            "play a two-player game (env.kind: openspiel, env.id: kuhn_poker) with "
+            "agents.mapping: independent",
+        )
+    if cfg.psro.exploitability or cfg.psro.meta_solver == "nash":
+        check_scorable(cfg)
+
+
+def check_scorable(cfg: Any) -> None:
+    """Exploitability and the nash solver need a two-player zero-sum OpenSpiel game."""
+    wants = "psro.exploitability" if cfg.psro.exploitability else "psro.meta_solver = nash"
+    if cfg.env.kind != "openspiel":
+        raise EnvError(
+            f"{wants} needs an OpenSpiel game's tree; env.kind is {cfg.env.kind}",
+            "play an OpenSpiel game (env.kind: openspiel), or set psro.exploitability: false "
+            "and psro.meta_solver: prd",
+        )
+    from hpcmarl.envs.openspiel import load_game
+    from hpcmarl.psro.exploitability import GameError, check_game
+
+    try:
+        check_game(load_game(cfg.env.id, dict(cfg.env.kwargs)))
+    except GameError as error:
+        raise EnvError(
+            f"{wants}: {error.cause}",
+            "play a two-player zero-sum game, or set psro.exploitability: false and "
+            "psro.meta_solver: prd",
+        ) from None

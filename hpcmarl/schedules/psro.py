@@ -1,0 +1,392 @@
+"""Policy-Space Response Oracles as a schedule: populations that grow by best responses.
+
+One training group per player. Iteration 0 takes the groups' first policies as they start; each
+later iteration k then runs four phases, and the schedule's state says which one it is in:
+
+1. `retarget`: one new policy per player joins the population (`add_policies`: a new key
+   `{strategy_spec_id}/{policy}-{k}`, announced to its parameter server), and every crew of
+   learners switches its groups to the new keys with fresh networks (`train` in the task); a
+   group's replay data of older iterations is dropped by generation on the shards.
+2. `train`: each collect task trains one player: that player's agents explore with the new
+   policy, every other player plays greedily a policy drawn from its meta-strategy for the whole
+   task (fresh episodes, so no episode mixes opponents), and only the learning player's items
+   ship. Learners train until `updates_per_iteration` updates per group and collectors until
+   `steps_per_iteration` env steps, both.
+3. `evaluate`: every payoff entry that wants episodes is one matchup task (greedy policies, the
+   same deals for every entry, the final weight versions named).
+4. `solve`: the meta-solver gives the new meta-strategy; a collector scores its exploitability
+   with OpenSpiel; the iteration's row goes to the metrics.
+
+Every field below is in `state()`, so a checkpoint at any point resumes the same iteration.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ..algos.contract import PolicySpec
+from ..psro.meta_solvers import meta_solver
+from ..psro.payoff import PayoffTable
+from ..roles.task_space import new_task_id
+from .base import Context, Grant, Schedule, Situation
+
+MATCHUP_SEED_OFFSET = 7_777
+"""Matchups all start from the job seed plus this: every entry sees the same deals."""
+
+
+@dataclass(frozen=True)
+class Player:
+    """One player of the meta-game: a training group and the agents acting for it."""
+
+    group: str
+    policy_of: dict[str, str]
+    """The player's agents (environment order) -> their policy ids (keys `{sid}/{policy}` at
+    iteration 0, `{sid}/{policy}-{k}` for the best response of iteration k)."""
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        return tuple(self.policy_of)
+
+    @property
+    def policies(self) -> list[str]:
+        return sorted(set(self.policy_of.values()))
+
+    def bindings(self, member: dict[str, str]) -> dict[str, str]:
+        """agent -> key, for the agents of this player acting with `member` (policy -> key)."""
+        return {agent: member[policy] for agent, policy in self.policy_of.items()}
+
+
+class PSRO(Schedule):
+    """The PSRO loop over the phases above."""
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.cfg = ctx.cfg.psro
+        self.sid = ctx.cfg.agents.strategy_spec_id
+        self.players = players_of(ctx)
+        self.solver = meta_solver(self.cfg.meta_solver)
+        self.rng = np.random.default_rng(ctx.cfg.seed + 31_337)
+        self.iteration = 0
+        self.phase = "evaluate"
+        """retarget, train, evaluate, score, or between (an iteration is complete)."""
+        self.populations: list[list[dict[str, str]]] = [
+            [{p: f"{self.sid}/{p}" for p in player.policies}] for player in self.players
+        ]
+        """Per player, per member: policy id -> key."""
+        self.versions: dict[str, int] = {k: 1 for pop in self.populations for k in pop[0].values()}
+        """Final weight version of every key (1: the first policies as the learners publish)."""
+        self.payoffs = PayoffTable(len(self.players))
+        for p in range(len(self.players)):
+            self.payoffs.add_policy(p)
+        self.meta: list[np.ndarray] = [np.ones(1) for _ in self.players]
+        self.steps = [0] * len(self.players)
+        """Env steps collected this iteration for each player's new policy."""
+        self.total_steps = 0
+        """Env steps collected for best responses over the whole run."""
+        self.updates: dict[tuple[str, ...], int] = dict.fromkeys(ctx.crews, 0)
+        """Updates granted this iteration to each crew."""
+        self.retargeted: set[tuple[str, ...]] = set()
+        self.running: dict[str, tuple[Any, ...]] = {}
+        """Task id -> what it is for: ("collect", player), ("learn", crew), ("matchup", entry)
+        or ("score",)."""
+        self.turn = 0
+        self.pending_policies: list[tuple[PolicySpec, str]] = []
+        self.rows: list[tuple[str, dict[str, Any]]] = []
+        self.said: list[str] = []
+        self.exploitability: float | None = None
+        self.started = time.monotonic()
+        self.elapsed_before = 0.0
+
+    # -- the seam ---------------------------------------------------------------------------
+    def grants(self, s: Situation) -> list[Grant]:
+        if self.phase == "between":
+            self.begin_iteration()
+        if self.phase == "retarget":
+            return self.retarget_grants(s)
+        if self.phase == "train":
+            return self.train_grants(s)
+        if self.phase == "evaluate":
+            return self.matchup_grants(s)
+        if self.phase == "score":
+            return self.score_grants(s)
+        return []
+
+    def on_task_done(self, role: str, kind: str, report: dict[str, Any]) -> None:
+        purpose = self.running.pop(report["task_id"], ("lost",))
+        if purpose[0] == "collect":
+            self.steps[purpose[1]] += int(report["collect"]["env_steps"])
+            self.total_steps += int(report["collect"]["env_steps"])
+        elif purpose[0] == "learn":
+            self.on_learned(report)
+        elif purpose[0] == "matchup":
+            result = report["matchup"]
+            self.payoffs.record_moments(purpose[1], result["n"], result["sums"], result["sq"])
+        elif purpose[0] == "score":
+            self.conclude_iteration(report["exploitability"])
+        self.advance()
+
+    def on_task_failed(self, role: str, report: dict[str, Any]) -> None:
+        self.running.pop(report["task_id"], None)
+        self.advance()
+
+    def stop_reason(self) -> str | None:
+        """Between iterations: the iteration limit or the exploitability target."""
+        if self.phase != "between":
+            return None
+        limit = self.cfg.stop_exploitability
+        if limit is not None and self.exploitability is not None and self.exploitability <= limit:
+            return f"psro.stop_exploitability reached ({self.exploitability:.4f} <= {limit:g})"
+        if self.cfg.iterations and self.iteration >= self.cfg.iterations:
+            return f"psro.iterations reached ({self.iteration} iterations)"
+        return None
+
+    def additions(self) -> list[tuple[PolicySpec, str]]:
+        added, self.pending_policies = self.pending_policies, []
+        return added
+
+    def records(self) -> list[tuple[str, dict[str, Any]]]:
+        rows, self.rows = self.rows, []
+        return rows
+
+    def lines(self) -> list[str]:
+        said, self.said = self.said, []
+        return said
+
+    # -- phase 1: new policies, learners retargeted -------------------------------------------
+    def begin_iteration(self) -> None:
+        """MALib's add_policies: one new key per policy of every player."""
+        self.iteration += 1
+        k = self.iteration
+        for p, player in enumerate(self.players):
+            keys = {policy: f"{self.sid}/{policy}-{k}" for policy in player.policies}
+            self.populations[p].append(keys)
+            self.payoffs.add_policy(p)
+            for policy, key in keys.items():
+                first = self.ctx.specs[f"{self.sid}/{policy}"]
+                self.pending_policies.append((replace(first, key=key), player.group))
+        self.steps = [0] * len(self.players)
+        self.updates = dict.fromkeys(self.ctx.crews, 0)
+        self.retargeted = set()
+        self.phase = "retarget"
+
+    def retarget_grants(self, s: Situation) -> list[Grant]:
+        """Every crew switches its groups to the new keys (fresh networks, published at once)."""
+        grants = []
+        for members, groups in self.ctx.crews.items():
+            if members in self.retargeted or not set(members) <= s.waiting_learners:
+                continue
+            train = {g: self.target(g) for g in groups}
+            grants += self.crew_grants("retarget", members, updates=0, train=train)
+            self.retargeted.add(members)
+        return grants
+
+    def target(self, group: str) -> dict[str, Any]:
+        p = self.player_index(group)
+        return {"keys": self.populations[p][-1], "generation": self.iteration}
+
+    def crew_grants(self, kind: str, members: tuple[str, ...], **task: Any) -> list[Grant]:
+        task_id = new_task_id(kind)
+        grants = []
+        for learner in members:
+            grants.append(Grant(learner, {"task_id": f"{task_id}/{learner}", **task}))
+            self.running[f"{task_id}/{learner}"] = ("learn", members)
+        return grants
+
+    # -- phase 2: best responses --------------------------------------------------------------
+    def train_grants(self, s: Situation) -> list[Grant]:
+        grants = []
+        if not (self.collected() and self.trained()):
+            for collector in s.waiting_collectors[: s.collector_slots]:
+                grants.append(Grant(collector, self.training_task(s)))
+        quota = self.cfg.updates_per_iteration
+        for members in self.ctx.crews:
+            left = quota - self.updates[members]
+            if left <= 0 or not set(members) <= s.waiting_learners:
+                continue
+            n = min(self.ctx.cfg.learner.updates_per_task, left)
+            self.updates[members] += n
+            grants += self.crew_grants("learner", members, updates=n)
+        return grants
+
+    def training_task(self, s: Situation) -> dict[str, Any]:
+        """Train the next player in turn against policies drawn from the others' meta-strategy."""
+        learning = self.turn % len(self.players)
+        self.turn += 1
+        bindings: dict[str, str] = {}
+        greedy: list[str] = []
+        for p, player in enumerate(self.players):
+            if p == learning:
+                member = self.populations[p][-1]
+            else:
+                drawn = self.rng.choice(len(self.meta[p]), p=self.meta[p])
+                member = self.populations[p][int(drawn)]
+                greedy += sorted(member.values())
+            bindings |= player.bindings(member)
+        task_id = new_task_id("collector")
+        self.running[task_id] = ("collect", learning)
+        return self.collect_task(
+            task_id,
+            s,
+            env_steps=self.steps[learning],
+            bindings=bindings,
+            record=[self.players[learning].group],
+            greedy=greedy,
+            fresh=True,
+            generation=self.iteration,
+            versions={key: self.versions[key] for key in greedy},
+        )
+
+    def collected(self) -> bool:
+        return sum(self.steps) >= self.cfg.steps_per_iteration
+
+    def trained(self) -> bool:
+        return all(n >= self.cfg.updates_per_iteration for n in self.updates.values())
+
+    def on_learned(self, report: dict[str, Any]) -> None:
+        """A learner's task report: the versions it published are the ones matchups must use."""
+        for group, row in report["stats"]["groups"].items():
+            for key in self.populations[self.player_index(group)][-1].values():
+                self.versions[key] = max(self.versions.get(key, 0), int(row["version"]))
+
+    # -- phase 3: matchups --------------------------------------------------------------------
+    def matchup_grants(self, s: Situation) -> list[Grant]:
+        busy = {purpose[1] for purpose in self.running.values() if purpose[0] == "matchup"}
+        todo = [e for e in self.payoffs.missing(self.cfg.eval_episodes) if e not in busy]
+        grants = []
+        for collector, entry in zip(s.waiting_collectors[: s.collector_slots], todo, strict=False):
+            bindings: dict[str, str] = {}
+            for p, i in enumerate(entry):
+                bindings |= self.players[p].bindings(self.populations[p][i])
+            task_id = new_task_id("matchup")
+            task = {
+                "task_id": task_id,
+                "kind": "matchup",
+                "episodes": self.cfg.eval_episodes,
+                "bindings": bindings,
+                "seed": self.ctx.cfg.seed + MATCHUP_SEED_OFFSET,
+                "versions": {k: self.versions[k] for k in set(bindings.values())},
+                "players": [list(p.agents) for p in self.players],
+            }
+            self.running[task_id] = ("matchup", entry)
+            grants.append(Grant(collector, task))
+        return grants
+
+    # -- phase 4: meta-strategy and its exploitability ---------------------------------------
+    def solve(self) -> None:
+        self.meta = [np.asarray(m, np.float64) for m in self.solver(list(self.payoffs.mean()))]
+        if self.cfg.exploitability:
+            self.phase = "score"
+        else:
+            self.conclude_iteration(None)
+
+    def score_grants(self, s: Situation) -> list[Grant]:
+        if self.running or not s.waiting_collectors or not s.collector_slots:
+            return []
+        task_id = new_task_id("exploitability")
+        task = {
+            "task_id": task_id,
+            "kind": "exploitability",
+            "bindings": {},
+            "populations": [[single_key(m) for m in pop] for pop in self.populations],
+            "meta": [m.tolist() for m in self.meta],
+            "versions": dict(self.versions),
+        }
+        self.running[task_id] = ("score",)
+        return [Grant(s.waiting_collectors[0], task)]
+
+    def conclude_iteration(self, result: dict[str, float] | None) -> None:
+        self.exploitability = None if result is None else float(result["exploitability"])
+        sizes = [len(pop) for pop in self.populations]
+        row: dict[str, Any] = {
+            "iteration": self.iteration,
+            "population": sizes,
+            "time_s": round(self.elapsed(), 2),
+            "env_steps": self.total_steps,
+            "meta_strategy": [m.round(6).tolist() for m in self.meta],
+            "payoffs": self.payoffs.mean()[0].round(6).tolist(),
+            "payoff_se": np.nan_to_num(self.payoffs.standard_error()[0]).round(6).tolist(),
+        }
+        if result is not None:
+            row |= {"exploitability": result["exploitability"], "nash_conv": result["nash_conv"]}
+        self.rows.append(("psro", row))
+        figure = "" if result is None else f": exploitability {result['exploitability']:.4f}"
+        strategy = " | ".join(" ".join(f"{w:.2f}" for w in m) for m in self.meta)
+        self.said.append(
+            f"hpcmarl: psro iteration {self.iteration}{figure} (population "
+            f"{'x'.join(map(str, sizes))}, meta-strategy {strategy}, {row['time_s']:.1f} s)"
+        )
+        self.phase = "between"
+
+    # -- moving between phases ----------------------------------------------------------------
+    def advance(self) -> None:
+        """Leave a phase once its work is done and none of its tasks runs."""
+        if self.running:
+            return
+        if self.phase == "retarget" and self.retargeted == set(self.ctx.crews):
+            self.phase = "train"
+        if self.phase == "train" and self.collected() and self.trained():
+            self.phase = "evaluate"
+        if self.phase == "evaluate" and not self.payoffs.missing(self.cfg.eval_episodes):
+            self.solve()
+
+    def player_index(self, group: str) -> int:
+        return next(p for p, player in enumerate(self.players) if player.group == group)
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.monotonic() - self.started
+
+    # -- checkpoint ---------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        plain = {
+            "iteration": self.iteration,
+            "phase": self.phase,
+            "populations": self.populations,
+            "versions": self.versions,
+            "meta": [m.tolist() for m in self.meta],
+            "steps": self.steps,
+            "total_steps": self.total_steps,
+            "updates": [[list(c), n] for c, n in self.updates.items()],
+            "retargeted": [list(c) for c in self.retargeted],
+            "turn": self.turn,
+            "exploitability": self.exploitability,
+            "elapsed_s": self.elapsed(),
+            "rng": self.rng.bit_generator.state,
+        }
+        return {"psro": json.dumps(plain), "payoffs": self.payoffs.state_dict()}
+
+    def load_state(self, tree: dict[str, Any]) -> None:
+        plain = json.loads(tree["psro"])
+        self.iteration, self.phase = int(plain["iteration"]), plain["phase"]
+        self.populations = plain["populations"]
+        self.versions = {k: int(v) for k, v in plain["versions"].items()}
+        self.meta = [np.asarray(m, np.float64) for m in plain["meta"]]
+        self.steps = [int(n) for n in plain["steps"]]
+        self.total_steps = int(plain["total_steps"])
+        self.updates = {tuple(c): int(n) for c, n in plain["updates"]}
+        self.retargeted = {tuple(c) for c in plain["retargeted"]}
+        self.turn = int(plain["turn"])
+        self.exploitability = plain["exploitability"]
+        self.elapsed_before, self.started = float(plain["elapsed_s"]), time.monotonic()
+        self.rng.bit_generator.state = plain["rng"]
+        self.payoffs = PayoffTable.from_state(tree["payoffs"])
+
+
+def single_key(member: dict[str, str]) -> str:
+    """The key of a one-policy member (exploitability scores one policy per player)."""
+    (key,) = member.values()
+    return key
+
+
+def players_of(ctx: Context) -> list[Player]:
+    """The groups as players, in the environment's agent order (`player_0` first)."""
+    players = []
+    for group, keys in ctx.keys.items():
+        policy_of = {a: k.split("/", 1)[1] for a, k in ctx.bindings.items() if k in keys}
+        players.append(Player(group, policy_of))
+    players.sort(key=lambda p: list(ctx.bindings).index(p.agents[0]))
+    return players

@@ -1,0 +1,73 @@
+"""PSRO on Kuhn poker under real mpirun: a short run lowers OpenSpiel's exploitability well
+below the uniform policy's, and a run stopped mid-iteration resumes in a new mpirun to finish
+with the population it would have had and every earlier payoff entry kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .conftest import run_mpi
+from .test_train import check_run_dir, finished_line
+
+UNIFORM_EXPLOITABILITY = 11 / 24
+"""Kuhn poker's uniform random policy (OpenSpiel's value; the tests of the bridge check it)."""
+FLOOR = 0.30
+"""A clear margin under the uniform policy; three iterations of this budget reach about 0.17."""
+SHORT = [
+    "psro.steps_per_iteration=12000",
+    "psro.updates_per_iteration=600",
+    "psro.eval_episodes=500",
+    "topology.collectors=3",
+]
+
+
+def psro_rows(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["kind"] == "psro"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [1, 5, 16])
+def test_kuhn_psro_lowers_exploitability(tmp_path: Path, ranks: int) -> None:
+    args = ["-m", "hpcmarl", "jobs/kuhn_psro.yaml", "psro.iterations=3", *SHORT]
+    result = run_mpi(ranks, [*args, f"runtime.run_dir={tmp_path}"], timeout=420)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "psro.iterations reached (3 iterations)" in finished_line(result.stdout)
+    check_run_dir(tmp_path)
+    rows = psro_rows(tmp_path)
+    assert [r["iteration"] for r in rows] == [0, 1, 2, 3]
+    assert [r["population"] for r in rows] == [[n, n] for n in (1, 2, 3, 4)]
+    final = rows[-1]
+    assert final["exploitability"] <= FLOOR < UNIFORM_EXPLOITABILITY, rows
+    assert np.asarray(final["payoffs"]).shape == (4, 4)
+    for strategy in final["meta_strategy"]:
+        assert len(strategy) == 4 and sum(strategy) == pytest.approx(1.0, abs=1e-6)
+    assert "psro iteration 3: exploitability" in result.stdout
+
+
+@pytest.mark.mpi
+def test_psro_stopped_mid_iteration_resumes_the_same_iteration(tmp_path: Path) -> None:
+    """The update budget stops the run inside iteration 2's training (with its final
+    checkpoint): an iteration is 600 updates per player, so 1,800 in all is half-way through
+    iteration 2. `resume` without the budget finishes iteration 2 and stops on psro.iterations."""
+    job = ["-m", "hpcmarl", "jobs/kuhn_psro.yaml", "psro.iterations=2", *SHORT]
+    first = run_mpi(5, [*job, f"runtime.run_dir={tmp_path}", "commander.max_updates=1800"], 300)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "update budget reached" in finished_line(first.stdout)
+    before = psro_rows(tmp_path)
+    assert [r["iteration"] for r in before] == [0, 1]
+
+    resume = ["-m", "hpcmarl", "resume", str(tmp_path), "commander.max_updates=0"]
+    second = run_mpi(5, resume, timeout=300)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "hpcmarl: resumed from checkpoint" in second.stdout
+    assert "psro.iterations reached (2 iterations)" in finished_line(second.stdout)
+    after = psro_rows(tmp_path)
+    assert [r["iteration"] for r in after] == [0, 1, 2]
+    assert after[-1]["population"] == [3, 3]
+    kept = np.asarray(after[-1]["payoffs"])[:2, :2]
+    np.testing.assert_array_equal(kept, np.asarray(before[-1]["payoffs"]))

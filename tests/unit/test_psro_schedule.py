@@ -1,0 +1,211 @@
+"""The PSRO schedule behind the commander's seam, driven by hand through whole iterations:
+which tasks it grants in each phase, what it adds to the population, when it stops, and that
+a checkpoint of its state taken mid-iteration resumes the same iteration."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hpcmarl.algos.contract import PolicySpec
+from hpcmarl.config.loader import load_job
+from hpcmarl.schedules import PSRO, Context, Grant, Situation
+
+COLLECTORS = ("collector0", "collector1")
+LEARNERS = ("learner0", "learner1")
+
+
+def context(*overrides: str) -> Context:
+    cfg = load_job(
+        "jobs/kuhn_psro.yaml",
+        [
+            "psro.steps_per_iteration=1000",
+            "psro.updates_per_iteration=150",
+            "learner.updates_per_task=100",
+            "psro.eval_episodes=10",
+            *overrides,
+        ],
+    )
+    groups = {"player_0": ("learner0",), "player_1": ("learner1",)}
+    keys = {g: (f"main/{g}",) for g in groups}
+    bindings = {g: f"main/{g}" for g in groups}
+    spec = PolicySpec("main/player_0", "epsilon_greedy", 11, 2, (64,))
+    specs = {k: replace(spec, key=k) for k in bindings.values()}
+    return Context(cfg, COLLECTORS, ("replay0",), groups, bindings, keys, specs)
+
+
+def situation(collectors: tuple[str, ...] = COLLECTORS, learners=LEARNERS) -> Situation:
+    return Situation(
+        now=0.0,
+        env_steps=0,
+        updates=0,
+        waiting_collectors=collectors,
+        waiting_learners=frozenset(learners),
+        running=0,
+        collector_slots=len(collectors),
+        replay_sizes={},
+    )
+
+
+def finish(schedule: PSRO, grant: Grant, **report: Any) -> None:
+    """Report a granted task as done, with what its role would say."""
+    task = grant.task
+    kind = task.get("kind", "learn")
+    if kind == "collect":
+        report = {"collect": {"env_steps": 512}}
+    elif kind == "learn":
+        report = {"stats": {"groups": report.get("groups", {})}}
+    elif kind == "matchup":
+        n = task["episodes"]
+        report = {"matchup": {"n": n, "sums": [n * 0.5, -n * 0.5], "sq": [n * 1.0, n * 1.0]}}
+    elif kind == "exploitability":
+        report = {"exploitability": {"exploitability": 0.25, "nash_conv": 0.5}}
+    schedule.on_task_done(grant.role, kind, {"task_id": task["task_id"], **report})
+
+
+def run_phase(schedule: PSRO, phase: str) -> list[Grant]:
+    """Grant and finish tasks until the schedule leaves `phase`; every grant made."""
+    made: list[Grant] = []
+    for _ in range(200):
+        if schedule.phase != phase:
+            return made
+        grants = schedule.grants(situation())
+        assert grants, f"nothing granted in phase {phase}"
+        made += grants
+        for grant in grants:
+            version = {"version": 3} if grant.role.startswith("learner") else {}
+            group = "player_0" if grant.role == "learner0" else "player_1"
+            finish(schedule, grant, groups={group: version} if version else {})
+    raise AssertionError(f"phase {phase} never ended")
+
+
+def test_iteration_zero_evaluates_and_scores_the_first_policies() -> None:
+    schedule = PSRO(context())
+    grants = run_phase(schedule, "evaluate")
+    assert [g.task["kind"] for g in grants] == ["matchup"]
+    assert grants[0].task["bindings"] == {"player_0": "main/player_0", "player_1": "main/player_1"}
+    assert grants[0].task["versions"] == {"main/player_0": 1, "main/player_1": 1}
+    grants = run_phase(schedule, "score")
+    assert [g.task["kind"] for g in grants] == ["exploitability"]
+    assert grants[0].task["populations"] == [["main/player_0"], ["main/player_1"]]
+    assert schedule.phase == "between"
+    ((kind, row),) = schedule.records()
+    assert kind == "psro" and row["iteration"] == 0 and row["exploitability"] == 0.25
+    assert row["population"] == [1, 1] and row["payoffs"] == [[0.5]]
+    assert "psro iteration 0: exploitability 0.2500" in schedule.lines()[0]
+
+
+def test_an_iteration_adds_policies_retargets_trains_and_fills_the_new_entries() -> None:
+    schedule = PSRO(context())
+    run_phase(schedule, "evaluate")
+    run_phase(schedule, "score")
+    grants = schedule.grants(situation())
+    added = schedule.additions()
+    assert [(s.key, g) for s, g in added] == [
+        ("main/player_0-1", "player_0"),
+        ("main/player_1-1", "player_1"),
+    ]
+    assert [g.task["updates"] for g in grants] == [0, 0]
+    assert grants[0].task["train"] == {
+        "player_0": {"keys": {"player_0": "main/player_0-1"}, "generation": 1}
+    }
+    for grant in grants:
+        finish(schedule, grant, groups={})
+    assert schedule.phase == "train"
+
+    grants = run_phase(schedule, "train")
+    collects = [g.task for g in grants if g.task.get("kind") == "collect"]
+    learns = [g.task for g in grants if g.task.get("kind") != "collect"]
+    # The players take turns learning; the other plays its (only) old policy greedily.
+    assert collects[0]["record"] == ["player_0"] and collects[1]["record"] == ["player_1"]
+    assert collects[0]["bindings"] == {"player_0": "main/player_0-1", "player_1": "main/player_1"}
+    assert collects[0]["greedy"] == ["main/player_1"] and collects[0]["fresh"]
+    assert all(t["generation"] == 1 for t in collects)
+    assert sum(t["env_steps"] for t in collects) == 0 or collects[-1]["env_steps"] > 0
+    # Each crew gets updates_per_iteration updates in all, in tasks of updates_per_task.
+    assert sorted(t["updates"] for t in learns) == [50, 50, 100, 100]
+
+    grants = run_phase(schedule, "evaluate")
+    entries = sorted(tuple(schedule_entry(g)) for g in grants)
+    assert entries == [(0, 1), (1, 0), (1, 1)]  # the new row and column only
+    assert all(g.task["versions"].get("main/player_0-1", 3) == 3 for g in grants)
+    run_phase(schedule, "score")
+    rows = schedule.records()
+    assert rows[-1][1]["iteration"] == 1 and rows[-1][1]["population"] == [2, 2]
+
+
+def run_iteration(schedule: PSRO) -> None:
+    """From between iterations to the end of the next one."""
+    assert schedule.phase == "between"
+    run_phase(schedule, "between")
+    for phase in ("retarget", "train", "evaluate", "score"):
+        run_phase(schedule, phase)
+    assert schedule.phase == "between"
+
+
+def schedule_entry(grant: Grant) -> list[int]:
+    bindings = grant.task["bindings"]
+    return [0 if bindings[p] == f"main/{p}" else 1 for p in ("player_0", "player_1")]
+
+
+def test_the_run_stops_between_iterations_on_its_limits() -> None:
+    schedule = PSRO(context("psro.iterations=1"))
+    run_phase(schedule, "evaluate")
+    run_phase(schedule, "score")
+    assert schedule.stop_reason() is None  # iteration 0 of 1
+    run_iteration(schedule)
+    assert schedule.stop_reason() == "psro.iterations reached (1 iterations)"
+
+    target = PSRO(context("psro.stop_exploitability=0.3"))
+    run_phase(target, "evaluate")
+    run_phase(target, "score")
+    assert target.stop_reason() == "psro.stop_exploitability reached (0.2500 <= 0.3)"
+
+
+def test_a_checkpoint_mid_iteration_resumes_the_same_iteration() -> None:
+    schedule = PSRO(context())
+    run_phase(schedule, "evaluate")
+    run_phase(schedule, "score")
+    for grant in schedule.grants(situation()):
+        finish(schedule, grant, groups={})
+    schedule.additions()
+    first = schedule.grants(situation(learners=()))  # two collect tasks, then a cut
+    for grant in first:
+        finish(schedule, grant)
+    saved = schedule.state()
+
+    resumed = PSRO(context())
+    resumed.load_state(saved)
+    assert (resumed.phase, resumed.iteration, resumed.steps) == ("train", 1, [512, 512])
+    assert resumed.populations == schedule.populations
+    np.testing.assert_array_equal(resumed.payoffs.mean(), schedule.payoffs.mean())
+    # The same opponent draws and turns follow from the restored generator.
+    a = [g.task for g in schedule.grants(situation(learners=()))]
+    b = [g.task for g in resumed.grants(situation(learners=()))]
+    strip = [{k: v for k, v in t.items() if k != "task_id"} for t in a]
+    assert strip == [{k: v for k, v in t.items() if k != "task_id"} for t in b]
+
+
+def test_the_meta_strategy_comes_from_the_payoffs() -> None:
+    """Matching pennies in the payoff table: nash mixes 50/50."""
+    schedule = PSRO(context())
+    schedule.payoffs.add_policy(0)
+    schedule.payoffs.add_policy(1)
+    for entry, value in {(0, 0): 1.0, (0, 1): -1.0, (1, 0): -1.0, (1, 1): 1.0}.items():
+        schedule.payoffs.record_moments(entry, 4, [4 * value, -4 * value], [4.0, 4.0])
+    schedule.solve()
+    assert schedule.phase == "score"
+    for strategy in schedule.meta:
+        np.testing.assert_allclose(strategy, [0.5, 0.5], atol=1e-9)
+
+
+@pytest.mark.parametrize("solver", ["uniform", "prd"])
+def test_other_meta_solvers_plug_in(solver: str) -> None:
+    schedule = PSRO(context(f"psro.meta_solver={solver}", "psro.exploitability=false"))
+    run_phase(schedule, "evaluate")
+    assert schedule.phase == "between"  # no exploitability task
+    ((_, row),) = schedule.records()
+    assert "exploitability" not in row and row["meta_strategy"] == [[1.0], [1.0]]
