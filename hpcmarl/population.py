@@ -43,6 +43,15 @@ class Population:
             raise ValueError(f"policy key {spec.key} is already in the population")
         self.members[spec.key] = Member(spec, trainable, group)
 
+    def freeze_group(self, group: str) -> None:
+        """The group's policies train no more (PSRO: a new best response takes their place)."""
+        for member in self.members.values():
+            if member.group == group:
+                member.trainable, member.group = False, None
+
+    def trainable_keys(self) -> list[str]:
+        return [key for key, member in self.members.items() if member.trainable]
+
     def keys(self) -> list[str]:
         return list(self.members)
 

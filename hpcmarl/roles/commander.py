@@ -103,6 +103,7 @@ class Commander(Role):
         and get their tables before any task names them."""
         for spec, group in self.schedule.additions():
             if spec.key not in self.population.members:  # a resumed run re-adds nothing
+                self.population.freeze_group(group)
                 self.population.add(spec, trainable=True, group=group)
             self.announce(spec.key)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -49,6 +51,20 @@ def test_population_round_trip_bindings_and_servers() -> None:
     assert {server_for(f"main/p{i}", servers) for i in range(30)} == set(servers)
     with pytest.raises(ValueError, match="already"):
         population.add(population.spec("main/a0"), True, "team")
+
+
+def test_a_new_best_response_freezes_its_groups_earlier_policies() -> None:
+    (spec,) = DQN.policy_specs(group_of(3, 4), job_with(hidden_sizes=[8])).values()
+    population = Population()
+    population.add(spec, trainable=True, group="player_0")
+    population.freeze_group("player_0")
+    population.add(dataclasses.replace(spec, key="main/shared-1"), True, "player_0")
+    assert population.trainable_keys() == ["main/shared-1"]
+    copy = Population()
+    copy.load_state(population.state())
+    assert copy.members["main/shared"].trainable is False and copy.trainable_keys() == [
+        "main/shared-1"
+    ]
 
 
 def test_actors_are_built_from_their_spec_and_check_its_layout() -> None:
