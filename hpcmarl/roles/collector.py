@@ -350,14 +350,12 @@ class Collector(Role):
             return False
         if not self.evaluation.step():
             return True
-        report: dict[str, Any] = {"task_id": self.task["task_id"], "sent_bulk": self.sent_bulk}
         if self.task["kind"] == "matchup":
-            report |= {"kind": "matchup", "matchup": self.evaluation.moments(self.task["players"])}
+            self.report_done(matchup=self.evaluation.moments(self.task["players"]))
         else:
             stats = self.evaluation.summary()
-            report["eval"] = stats | {"versions": dict(self.versions)}
-        self.send("task_done", "commander", report)
-        self.task, self.evaluation = None, None
+            self.report_done(eval=stats | {"versions": dict(self.versions)})
+        self.evaluation = None
         return True
 
     def score_exploitability(self) -> bool:
@@ -369,10 +367,7 @@ class Collector(Role):
         if self.score is None:
             raise RuntimeError("an exploitability task reached a collector of a non-PSRO job")
         populations = [[self.actors[key] for key in keys] for keys in self.task["populations"]]
-        result = self.score(populations, self.task["meta"])
-        report = {"task_id": self.task["task_id"], "kind": "exploitability"}
-        self.send("task_done", "commander", report | {"exploitability": result})
-        self.task = None
+        self.report_done(exploitability=self.score(populations, self.task["meta"]))
         return True
 
     def finish_task(self) -> bool:
@@ -389,13 +384,16 @@ class Collector(Role):
             versions=dict(self.versions),
             items=self.task_items,
         )
-        self.send(
-            "task_done",
-            "commander",
-            {"task_id": self.task["task_id"], "collect": stats, "sent_bulk": self.sent_bulk},
-        )
-        self.task = None
+        self.report_done(collect=stats)
         return True
+
+    def report_done(self, **result: Any) -> None:
+        """task_done for the task in hand: its id and kind, what it produced, and the bulk
+        messages sent so far (a checkpoint cut waits for exactly those)."""
+        assert self.task is not None
+        meta = {"task_id": self.task["task_id"], "kind": self.task["kind"], **result}
+        self.send("task_done", "commander", meta | {"sent_bulk": self.sent_bulk})
+        self.task = None
 
 
 class EpisodeTracker:

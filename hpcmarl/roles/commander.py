@@ -143,7 +143,7 @@ class Commander(Role):
         self.checkpoints.note_sent(role, msg.meta.get("sent_bulk", {}))
         if self.topology.kind_of[role] == "collector":
             self.collector_space.release()
-            kind = msg.meta.get("kind", "eval" if "eval" in msg.meta else "collect")
+            kind = msg.meta["kind"]
             self.schedule.on_task_done(role, kind, msg.meta)
             if kind == "eval":
                 self.on_eval(msg.meta["eval"])

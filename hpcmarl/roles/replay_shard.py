@@ -239,8 +239,9 @@ class ReplayShard(Role):
 
     def load_state(self, tree: dict) -> None:
         for group, generation in tree.get("generations", {}).items():
-            self.generations[group] = int(generation)
-            self.new_table(group)
+            if int(generation) != self.generations[group]:
+                self.generations[group] = int(generation)
+                self.new_table(group)
         for group, table_state in tree["tables"].items():
             self.tables[group].load_state(flatten(table_state))
             if group in self.limiters:
@@ -267,4 +268,5 @@ class ReplayShard(Role):
             "dropped": {g: int(getattr(t, "dropped", 0)) for g, t in self.tables.items()},
             "pending_inserts": len(self.pending_inserts),
             "samples_served": self.samples_served,
+            "stale": self.stale,
         }
