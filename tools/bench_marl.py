@@ -1,20 +1,22 @@
 """MARL on simple_spread: eval team return against env steps and wall time, and throughput.
 
-For each world size and algorithm (MAPPO, IPPO, IQL: independent DQN) this runs the job file
-under `mpirun -n N` to a step budget and reads its `metrics.jsonl`: the greedy evaluations
-(team return summed over agents, 32 episodes each) against env steps and seconds, env steps/s
-and learner updates/s. In the same run it measures the two baselines:
+For each world size and algorithm (MAPPO, IPPO, IQL: independent DQN, VDN, QMIX) this runs
+the job file under `mpirun -n N` to a step budget and reads its `metrics.jsonl`: the greedy
+evaluations (team return summed over agents, 32 episodes each) against env steps and seconds,
+env steps/s and learner updates/s. In the same run it measures the two baselines:
 
 - the random policy's team return (uniform actions, the same environment settings);
 - a bare loop of the same environment and the same policy network (sampling its softmax), one
   process per core for a few seconds: the machine's env steps/s without any of hpcmarl, which
   the on-policy jobs' throughput is divided by (`*_throughput_ratio`).
 
-    .venv/bin/python tools/bench_marl.py [--ranks 4 16] [--algos mappo ippo iql]
-                                         [--budget 2000000] [--iql-budget 300000] [--seed 0]
+    .venv/bin/python tools/bench_marl.py [--ranks 4 16] [--algos mappo ippo iql vdn qmix]
+                                         [--budget 2000000] [--iql-budget 300000]
+                                         [--vd-budget 300000] [--seed 0]
 
-IQL's budget is its own: its learners take 16 samples per inserted transition, so its runs are
-bound by learner updates, not env steps, and 2M steps would take hours on a small node.
+IQL's, VDN's and QMIX's budgets are their own: their learners sample many items per inserted
+one (IQL 16 transitions, VDN and QMIX 32 episodes per episode), so their runs are bound by
+learner updates, not env steps, and 2M steps would take hours on a small node.
 
 Prints one table row per run, an eval curve per run, and, as its last line, one JSON object.
 """
@@ -41,6 +43,8 @@ JOBS = {
     "mappo": "jobs/spread_mappo.yaml",
     "ippo": "jobs/spread_ippo.yaml",
     "iql": "jobs/spread_independent.yaml",
+    "vdn": "jobs/spread_vdn.yaml",
+    "qmix": "jobs/spread_qmix.yaml",
 }
 SPREAD = {"N": 3, "max_cycles": 25, "local_ratio": 0.5, "continuous_actions": False}
 
@@ -158,6 +162,9 @@ def main() -> None:
     parser.add_argument("--algos", nargs="+", default=list(JOBS), choices=list(JOBS))
     parser.add_argument("--budget", type=int, default=2_000_000, help="env steps, PPO runs")
     parser.add_argument("--iql-budget", type=int, default=300_000, help="env steps, IQL runs")
+    parser.add_argument(
+        "--vd-budget", type=int, default=300_000, help="env steps, VDN and QMIX runs"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bare-seconds", type=float, default=10.0)
     args = parser.parse_args()
@@ -176,7 +183,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hpcmarl-bench-marl-") as tmp:
         for ranks in args.ranks:
             for algo in args.algos:
-                budget = args.iql_budget if algo == "iql" else args.budget
+                budget = {"iql": args.iql_budget, "vdn": args.vd_budget, "qmix": args.vd_budget}
+                budget = budget.get(algo, args.budget)
                 run = one_run(algo, ranks, budget, args.seed, Path(tmp) / f"{algo}-{ranks}")
                 runs.append(run)
                 ratio = (run["env_steps_per_s"] or 0.0) / bare

@@ -2,7 +2,9 @@
 
 An actor owns its exploration. `EpsilonGreedyActor` (DQN, BC) takes a random action with
 probability epsilon, which decays with the job's global env-step count; `CategoricalActor` (PPO)
-samples from its softmax and records the log-probability of what it took. Both take greedy
+samples from its softmax and records the log-probability of what it took;
+`RecurrentEpsilonGreedyActor` (VDN, QMIX) is epsilon-greedy over a GRU Q-network whose state the
+collector carries from step to step. All take greedy
 actions when asked (evaluation) and honour action masks: a masked action is never chosen, by
 the greedy rule, by exploration or by sampling.
 
@@ -20,7 +22,7 @@ import torch.nn.functional as F
 
 from hpcmarl.algos.contract import Actor, ActResult, PolicySpec
 from hpcmarl.algos.masking import masked, masked_log_softmax
-from hpcmarl.algos.networks import mlp, param_spec, set_flat
+from hpcmarl.algos.networks import RecurrentQNet, mlp, param_spec, set_flat
 from hpcmarl.errors import ConfigError
 
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -142,6 +144,55 @@ class CategoricalActor(NetworkActor):
         return ActResult(actions.astype(np.int64), {"log_probs": taken})
 
 
+class RecurrentEpsilonGreedyActor:
+    """Epsilon-greedy over a recurrent Q-network: every row advances its recurrent state, also
+    the rows that explore, so the state always summarises what the agent has seen."""
+
+    def __init__(self, spec: PolicySpec) -> None:
+        self.spec, self.n_actions, self.agent_ids = spec, spec.n_actions, spec.agent_ids
+        with torch.random.fork_rng(devices=[]):
+            self.net = RecurrentQNet(spec.in_dim, spec.recurrent, spec.n_actions)
+        self.net.requires_grad_(False)
+        held = tuple(param_spec(self.net))
+        if held != spec.params:
+            raise ValueError(f"policy {spec.key}: the spec lists {spec.params}, the actor {held}")
+        self.schedule = _eps(spec.exploration())
+
+    def set_weights(self, flat: np.ndarray) -> None:
+        set_flat(self.net, flat)
+
+    def act(
+        self,
+        obs: np.ndarray,
+        rng: np.random.Generator,
+        *,
+        env_steps: int,
+        greedy: bool,
+        action_mask: np.ndarray | None = None,
+        recurrent_state: np.ndarray | None = None,
+        agent_index: np.ndarray | None = None,
+    ) -> ActResult:
+        if self.agent_ids:
+            if agent_index is None:
+                raise ValueError(f"policy {self.spec.key} needs each row's agent index")
+            obs = with_agent_ids(obs, agent_index, self.agent_ids)
+        size = obs.shape[0]
+        if recurrent_state is None:
+            recurrent_state = np.zeros((size, self.spec.recurrent), np.float32)
+        with torch.inference_mode():
+            x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32))
+            q, h = self.net.step(x, torch.from_numpy(recurrent_state))
+            actions = masked(q, _tensor(action_mask)).argmax(dim=1).numpy()
+        epsilon = 0.0 if greedy else linear_epsilon(env_steps, *self.schedule)
+        if epsilon > 0:
+            exploring = rng.random(size) < epsilon
+            n_explore = int(np.count_nonzero(exploring))
+            if n_explore:
+                mask = None if action_mask is None else action_mask[exploring]
+                actions[exploring] = random_actions(rng, n_explore, self.n_actions, mask)
+        return ActResult(actions, recurrent_state=h.numpy())
+
+
 def with_agent_ids(obs: np.ndarray, agent_index: np.ndarray, width: int) -> np.ndarray:
     """Each row of `obs` with the one-hot of its agent index appended."""
     one_hot = np.zeros((len(obs), width), np.float32)
@@ -177,9 +228,10 @@ def _eps(explore: dict[str, float]) -> tuple[float, float, float]:
     return explore.get("eps_start", 0.0), explore.get("eps_end", 0.0), explore.get("eps_decay", 1)
 
 
-ACTOR_KINDS: dict[str, type[NetworkActor]] = {
+ACTOR_KINDS: dict[str, type] = {
     "epsilon_greedy": EpsilonGreedyActor,
     "categorical": CategoricalActor,
+    "recurrent_epsilon_greedy": RecurrentEpsilonGreedyActor,
 }
 """Actor classes by `PolicySpec.actor`."""
 

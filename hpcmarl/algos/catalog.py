@@ -78,6 +78,41 @@ class PPOConfig:
     learners by at most this many updates, and older fragments are dropped (and counted)."""
 
 
+@dataclass
+class QMIXConfig:
+    """Value decomposition's own keys (`learner.algo: qmix`, or the preset `vdn`): a team of
+    recurrent agents with shared parameters trained through a mixer of their Q-values, on whole
+    episodes from replay (Rashid et al. 2018; Sunehag et al. 2018; EPyMARL's defaults)."""
+
+    mixer: str = "qmix"
+    """`qmix`: a monotonic hypernetwork over the global state mixes the agents' Q-values;
+    `vdn`: their sum."""
+    rnn_hidden: int = 64
+    """Width of each agent network's GRU (and of the layer before it)."""
+    agent_id: bool = True
+    """Append a one-hot agent index to each agent's observation, so agents that share
+    parameters can still act differently."""
+    mixing_embed: int = 32
+    """QMIX: width of the mixing network's hidden layer."""
+    hypernet_embed: int = 64
+    """QMIX: width of the hidden layer of the hypernetworks that make the mixing weights."""
+    double_q: bool = True
+    """The online agents pick the next actions, the target agents score them."""
+    td_lambda: float = 0.0
+    """TD(lambda) targets over the episode (0: one-step targets)."""
+    target_network_update_freq: int = 200
+    """Updates between hard copies of the agents and the mixer into their targets."""
+    episode_limit: int = 25
+    """Steps per episode item (T_max): shorter episodes are padded (the `filled` mask marks
+    their steps), a longer one goes on in the next item."""
+    eps_start: float = 1.0
+    """Initial epsilon of the agents' epsilon-greedy schedule."""
+    eps_end: float = 0.05
+    """Final epsilon."""
+    eps_decay_steps: int = 50_000
+    """Global env steps over which epsilon decays linearly from eps_start to eps_end."""
+
+
 @dataclass(frozen=True)
 class AlgoDecl:
     """One algorithm a job can name in `learner.algo`."""
@@ -89,6 +124,9 @@ class AlgoDecl:
     section: str | None
     """The `learner.<section>` that holds its own keys, if any."""
     on_policy: bool = False
+    items: str = "transition"
+    """The kind of item it trains on (`items.spec.ITEM_KINDS`); offline datasets hold
+    transitions."""
     offline_only: bool = False
     """It learns only from a dataset (`offline.dataset`)."""
     preset: dict[str, Any] = field(default_factory=dict)
@@ -112,6 +150,7 @@ CATALOG: dict[str, AlgoDecl] = {
             "hpcmarl.algos.ppo:PPO",
             "ppo",
             on_policy=True,
+            items="fragment",
         ),
         AlgoDecl(
             "mappo",
@@ -119,6 +158,7 @@ CATALOG: dict[str, AlgoDecl] = {
             "hpcmarl.algos.ppo:PPO",
             "ppo",
             on_policy=True,
+            items="fragment",
             preset={"critic": "central"},
         ),
         AlgoDecl(
@@ -127,13 +167,29 @@ CATALOG: dict[str, AlgoDecl] = {
             "hpcmarl.algos.ppo:PPO",
             "ppo",
             on_policy=True,
+            items="fragment",
             preset={"critic": "local"},
+        ),
+        AlgoDecl(
+            "qmix",
+            "QMIX: recurrent agents, a monotonic mixer on the global state (episodes, replay)",
+            "hpcmarl.algos.value_decomposition:ValueDecomposition",
+            "qmix",
+            items="episode",
+        ),
+        AlgoDecl(
+            "vdn",
+            "VDN: recurrent agents whose Q-values add up (episodes, replay)",
+            "hpcmarl.algos.value_decomposition:ValueDecomposition",
+            "qmix",
+            items="episode",
+            preset={"mixer": "vdn"},
         ),
     )
 }
 """Every algorithm by its `learner.algo` name."""
 
-SECTIONS: dict[str, type] = {"dqn": DQNConfig, "ppo": PPOConfig}
+SECTIONS: dict[str, type] = {"dqn": DQNConfig, "ppo": PPOConfig, "qmix": QMIXConfig}
 """The dataclass of each `learner.<section>`."""
 
 

@@ -48,6 +48,10 @@ class PolicySpec:
     agent_ids: int = 0
     """Width of a one-hot agent index appended to each observation (0: none). An agent's index
     is its place among the agents that act with this key, in the environment's agent order."""
+    recurrent: int = 0
+    """Width of the recurrent state the actor carries from step to step within an episode
+    (0: a feed-forward actor). Collectors keep one state per agent and env copy and zero it
+    where an episode starts."""
 
     @property
     def in_dim(self) -> int:
@@ -74,6 +78,7 @@ class PolicySpec:
             "dtype": self.dtype,
             "explore": dict(self.explore),
             "agent_ids": self.agent_ids,
+            "recurrent": self.recurrent,
         }
         return json.dumps(plain, sort_keys=True)
 
@@ -91,6 +96,7 @@ class PolicySpec:
             dtype=p["dtype"],
             explore=tuple(sorted(p["explore"].items())),
             agent_ids=int(p.get("agent_ids", 0)),
+            recurrent=int(p.get("recurrent", 0)),
         )
 
 

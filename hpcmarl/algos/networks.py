@@ -121,3 +121,40 @@ def _split(module: nn.Module | list[torch.nn.Parameter], flat: np.ndarray) -> li
         chunks.append(torch.from_numpy(np.ascontiguousarray(flat[offset : offset + n])))
         offset += n
     return chunks
+
+
+class RecurrentQNet(nn.Module):
+    """A recurrent Q-network (EPyMARL's RNN agent, R2D2's core): a ReLU layer, one GRU layer,
+    a linear head. `forward` runs whole sequences (training); `step` advances one time step
+    (acting), with the same weights and arithmetic. Parameter names, in flat-vector order:
+    `fc1.*`, `rnn.*_l0`, `fc2.*`."""
+
+    def __init__(self, in_dim: int, hidden: int, out_dim: int) -> None:
+        super().__init__()
+        self.hidden = hidden
+        self.fc1 = nn.Linear(in_dim, hidden)
+        self.rnn = nn.GRU(hidden, hidden, batch_first=True)
+        self.fc2 = nn.Linear(hidden, out_dim)
+
+    def forward(
+        self, x: torch.Tensor, h0: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q-values [B, T, out] of sequences `x` [B, T, in] from states `h0` [B, hidden] (zeros
+        when None), and the final states [B, hidden]."""
+        z = torch.relu(self.fc1(x))
+        out, h = self.rnn(z, None if h0 is None else h0[None].contiguous())
+        return self.fc2(out), h[0]
+
+    def step(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step: Q-values [B, out] of inputs `x` [B, in] in states `h` [B, hidden]."""
+        z = torch.relu(self.fc1(x))
+        r = self.rnn
+        h = torch.gru_cell(z, h, r.weight_ih_l0, r.weight_hh_l0, r.bias_ih_l0, r.bias_hh_l0)
+        return self.fc2(h), h
+
+
+def recurrent_layout(in_dim: int, hidden: int, out_dim: int) -> list[tuple[str, tuple[int, ...]]]:
+    """`param_spec` of the `RecurrentQNet` these arguments build, without drawing from torch's
+    global generator."""
+    with torch.random.fork_rng(devices=[]):
+        return param_spec(RecurrentQNet(in_dim, hidden, out_dim))

@@ -69,6 +69,12 @@ def check_job(cfg: Any, groups: dict[str, list[str]]) -> None:
             "offline.dataset holds old data",
             "use learner.algo=dqn or bc for offline training, or drop offline.dataset",
         )
+    if offline and decl.items != "transition":
+        raise ConfigError(
+            f"learner.algo = {decl.name} trains on {decl.items}s of a team, and "
+            "offline.dataset holds per-agent transitions",
+            "use learner.algo=dqn or bc for offline training, or drop offline.dataset",
+        )
     if not decl.on_policy:
         several = {g: p for g, p in groups.items() if len(p) > 1}
         if several:

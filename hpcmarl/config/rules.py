@@ -143,6 +143,16 @@ RULES: dict[str, Rule] = {
     "learner.ppo.value_huber_delta": at_least(0),
     "learner.ppo.activation": one_of("tanh", "relu"),
     "learner.ppo.max_policy_lag": at_least(0),
+    "learner.qmix.mixer": one_of("qmix", "vdn"),
+    "learner.qmix.rnn_hidden": at_least(1),
+    "learner.qmix.mixing_embed": at_least(1),
+    "learner.qmix.hypernet_embed": at_least(1),
+    "learner.qmix.td_lambda": within(0, 1),
+    "learner.qmix.target_network_update_freq": at_least(1),
+    "learner.qmix.episode_limit": at_least(1),
+    "learner.qmix.eps_start": within(0, 1),
+    "learner.qmix.eps_end": within(0, 1),
+    "learner.qmix.eps_decay_steps": at_least(1),
     "learner.push_interval": at_least(1),
     "learner.updates_per_task": at_least(1),
     "learner.allreduce": one_of("auto", "mpi", "horovod"),
@@ -192,6 +202,7 @@ RULES: dict[str, Rule] = {
 
 ORDERED: tuple[tuple[str, str, str], ...] = (
     ("learner.dqn.eps_end", "learner.dqn.eps_start", "epsilon decays from eps_start to eps_end"),
+    ("learner.qmix.eps_end", "learner.qmix.eps_start", "epsilon decays from eps_start to eps_end"),
     ("replay.learning_starts", "replay.table_capacity", "a table that never fills never serves"),
     ("learner.batch_size", "replay.table_capacity", "a batch cannot exceed what a table holds"),
     (

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcmarl.algos.catalog import DQNConfig, PPOConfig
+from hpcmarl.algos.catalog import DQNConfig, PPOConfig, QMIXConfig
 
 ENV_FAMILIES = ("gymnasium", "pettingzoo", "openspiel")
 """The values of `env.kind`; `envs.registry.ENV_KINDS` makes each (kept light: no env imports)."""
@@ -51,13 +51,15 @@ class LearnerConfig:
     """The learning algorithm, the keys every algorithm shares, and each algorithm's own."""
 
     algo: str = "dqn"
-    """Algorithm name; `python -m hpcmarl --explain` lists them (dqn, bc, ppo, mappo, ippo)."""
+    """Algorithm name; `python -m hpcmarl --explain` lists them (dqn, bc, ppo, mappo, ippo,
+    qmix, vdn)."""
     lr: float = 1e-3
     """Adam learning rate."""
     gamma: float = 0.99
     """Discount factor."""
     batch_size: int = 64
-    """Transitions per sampled batch, per learner (off-policy algorithms)."""
+    """Items per sampled batch, per learner (off-policy algorithms): transitions, or episodes
+    for qmix and vdn."""
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
     """Hidden layer widths of the networks."""
     grad_clip: float = 10.0
@@ -79,6 +81,8 @@ class LearnerConfig:
     """DQN's keys."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO's keys (also used by mappo and ippo)."""
+    qmix: QMIXConfig = field(default_factory=QMIXConfig)
+    """Value decomposition's keys (qmix and vdn)."""
 
 
 @dataclass
@@ -89,7 +93,8 @@ class ReplayConfig:
     """Items kept per table (one per training group) per shard; the oldest are evicted (and
     counted) beyond it. On-policy queues hold fragments and evict likewise."""
     learning_starts: int = 1_000
-    """Transitions a table must hold before it serves samples."""
+    """Items (transitions, or episodes for qmix and vdn) a table must hold before it serves
+    samples."""
     prioritized: bool = True
     """Prioritized sampling (sum tree) instead of uniform."""
     alpha: float = 0.6

@@ -10,6 +10,10 @@ out one batch of that group's items:
 - `FragmentWriter` (fragment items): one item per env copy, `[T, agents, ...]` per agent column
   and `[T, ...]` per group column, packed likewise; inactive steps stay, marked by `active`, so
   the time axis stays whole.
+- `EpisodeWriter` (episode items): one item per episode of each env copy, `[T_max, agents, ...]`,
+  padded after the episode's last step and marked by `filled`; an episode longer than T_max
+  goes on in the next item. Items complete when episodes end, so a fragment yields zero or
+  more of them.
 - `TurnBasedWriter` (transition items of a turn-based env): a player's transition spans from
   one of its decisions to its next one (or the episode's end), so it is stitched across steps
   and fragments; see the class.
@@ -82,6 +86,8 @@ def _masks(masks: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
 def _getter(column: Column, agent_ids: dict[str, int]) -> Getter:
     if column.name == "agent_id":
         return lambda r, a: agent_ids[a]
+    if column.name == "filled":
+        return lambda r, a: True
     if column.name == "policy_version":
         if column.per == "group":
             return lambda r, a: min(r.versions.values())
@@ -196,6 +202,81 @@ end of its episode). `rewards` is summed over the steps between; every other col
 where the agent acted."""
 
 
+class EpisodeWriter(ItemWriter):
+    """Episode items. Each env copy fills its open item step by step (a time cursor per copy);
+    when the copy's episode ends, or the item is full, the item is closed: copied out, and the
+    open one zeroed for what comes next. `batch()` packs the items closed since the last one.
+    Episodes cut by a restart (`discard_pending`) are dropped whole, never stored half."""
+
+    def __init__(
+        self,
+        spec: ItemSpec,
+        agents: list[str],
+        agent_ids: dict[str, int],
+        num_envs: int,
+        length: int,
+    ) -> None:
+        super().__init__(spec, agents, agent_ids, num_envs, length)
+        self.limit = spec.length
+        self.open = {
+            name: np.zeros(shape, dtype) for name, dtype, shape in spec.batch_specs(num_envs)
+        }
+        """The item each env copy is filling, [num_envs, T_max, ...] per column."""
+        self.cursor = np.zeros(num_envs, np.int64)
+        """Each copy's next time slot in its open item."""
+        self.closed: list[dict[str, np.ndarray]] = []
+        self.rows = np.arange(num_envs)
+        self.filled_steps = 0
+        self.padded_steps = 0
+        """Steps stored and padding slots, over the closed items: what padding costs."""
+
+    def allocate(self) -> PackedBatch:
+        return {}
+
+    def add(self, record: StepRecord) -> None:
+        rows, t = self.rows, self.cursor
+        for column in self.spec.columns:
+            target = self.open[column.name]
+            if column.name == "filled":
+                target[rows, t] = True
+                continue
+            get = self.getters[column.name]
+            if column.per == "group":
+                target[rows, t] = get(record, self.agents[0])
+            else:
+                for j, agent in enumerate(self.agents):
+                    target[rows, t, j] = get(record, agent)
+        self.cursor += 1
+        done = record.step.episode_ended | (self.cursor == self.limit)
+        if done.any():
+            self.close(np.flatnonzero(done))
+
+    def close(self, copies: np.ndarray) -> None:
+        """Move the open items of `copies` to the closed list and start empty ones."""
+        self.closed.append({name: column[copies].copy() for name, column in self.open.items()})
+        steps = int(self.cursor[copies].sum())
+        self.filled_steps += steps
+        self.padded_steps += len(copies) * self.limit - steps
+        for column in self.open.values():
+            column[copies] = 0
+        self.cursor[copies] = 0
+
+    def batch(self) -> Batch:
+        """The items closed since the last batch, in the order they closed (maybe none)."""
+        if not self.closed:
+            return pack({n: np.zeros((0, *s[1:]), d) for n, d, s in self.spec.batch_specs(1)})
+        return pack({n: np.concatenate([c[n] for c in self.closed]) for n in self.spec.names})
+
+    def reset(self) -> None:
+        self.t = 0
+        self.closed = []
+
+    def discard_pending(self) -> None:
+        for column in self.open.values():
+            column[:] = 0
+        self.cursor[:] = 0
+
+
 class TurnBasedWriter(ItemWriter):
     """Transitions of a turn-based env: one pending transition per (agent, env copy), opened
     when the agent acts and completed at its next turn (next_obs is what it sees then, done
@@ -297,4 +378,6 @@ def make_writer(
         return TransitionWriter(spec, agents, agent_ids, num_envs, length)
     if spec.kind == "fragment":
         return FragmentWriter(spec, agents, agent_ids, num_envs, length)
+    if spec.kind == "episode":
+        return EpisodeWriter(spec, agents, agent_ids, num_envs, length)
     raise ValueError(f"collectors cannot write {spec.kind} items yet")

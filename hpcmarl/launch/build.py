@@ -121,19 +121,29 @@ def probe_env(cfg: JobConfig) -> EnvSpec:
 
 
 def check_items(cfg: JobConfig, spec: EnvSpec) -> None:
-    """A joint item needs one observation width per group; an on-policy window must hold at
-    least one collect task, or collection could never start."""
+    """A joint item needs one observation width per group and, for a team's episodes, agents
+    that act together; an on-policy window must hold at least one collect task, or
+    collection could never start."""
     decl = registry.decl_of(cfg.learner.algo)
-    if not decl.on_policy:
-        return
+    if spec.turn_based and decl.items == "episode":
+        raise EnvError(
+            f"learner.algo = {decl.name} mixes the Q-values of agents that act together, and "
+            f"{cfg.env.id} is turn-based (one player acts per step)",
+            "use learner.algo=dqn or ppo on turn-based games, or a simultaneous-move env",
+        )
     for group in spec.training_groups():
-        widths = {spec.obs_dims[a] for a in spec.group_spec(group, "s").agents}
+        group_spec = spec.group_spec(group, "s")
+        if len(group_spec.agents) == 1 or decl.items == "transition":
+            continue  # one agent, or transition items: any widths fit
+        widths = {spec.obs_dims[a] for a in group_spec.agents}
         if len(widths) > 1:
             raise EnvError(
                 f"group {group!r} holds agents observing {sorted(widths)} values: its joint "
                 "items need one observation width",
                 "put agents with different observation spaces in different agents.groups",
             )
+    if not decl.on_policy:
+        return
     ppo = cfg.learner.ppo
     per_task = cfg.collector.fragments_per_task * cfg.env.num_envs
     window = (ppo.max_policy_lag + 1) * ppo.batch_fragments

@@ -1,4 +1,8 @@
-"""Acting for many agents at once: one batched forward pass per policy key, not per agent."""
+"""Acting for many agents at once: one batched forward pass per policy key, not per agent.
+
+Recurrent actors carry a state per agent and env copy (`Memory`): `act_all` passes each agent's
+state in and stores the next one, and the caller zeroes a copy's states where its episode ends,
+so no state leaks from one episode into the next."""
 
 from __future__ import annotations
 
@@ -17,12 +21,14 @@ def act_all(
     env_steps: int,
     greedy: bool | AbstractSet[str],
     masks: dict[str, np.ndarray] | None = None,
+    memory: Memory | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
     """Actions of every agent and what each actor recorded beside them (e.g. `log_probs`),
     with one forward pass per key over the agents bound to it, among each agent's legal
     actions when the env has `masks`. An agent's index (for actors that take it) is its place
     among the agents bound to its key, in environment order. `greedy` is for every key, or
-    the set of keys that act greedily (PSRO's frozen opponents) while the others explore."""
+    the set of keys that act greedily (PSRO's frozen opponents) while the others explore.
+    Recurrent actors read and advance their agents' states in `memory`."""
     by_key: dict[str, list[str]] = {}
     for agent in bindings:
         by_key.setdefault(bindings[agent], []).append(agent)
@@ -34,26 +40,60 @@ def act_all(
         index = None
         if actor.spec.agent_ids:
             index = np.repeat(np.arange(len(agents)), len(obs[agents[0]]))
-        if len(agents) == 1:
-            mask = None if masks is None else masks[agents[0]]
-            result = actor.act(
-                obs[agents[0]],
-                rng,
-                env_steps=env_steps,
-                greedy=key_greedy,
-                action_mask=mask,
-                agent_index=index,
-            )
-            actions[agents[0]], extras[agents[0]] = result.actions, result.extras
-            continue
-        joined = np.concatenate([obs[a] for a in agents])
-        mask = None if masks is None else np.concatenate([masks[a] for a in agents])
+        width = actor.spec.recurrent if memory is not None else 0
+        state = memory.joined(agents, len(obs[agents[0]]), width) if memory and width else None
         result = actor.act(
-            joined, rng, env_steps=env_steps, greedy=key_greedy, action_mask=mask, agent_index=index
+            _joined([obs[a] for a in agents]),
+            rng,
+            env_steps=env_steps,
+            greedy=key_greedy,
+            action_mask=None if masks is None else _joined([masks[a] for a in agents]),
+            recurrent_state=state,
+            agent_index=index,
         )
-        parts = np.split(result.actions, len(agents))
-        split_extras = {k: np.split(v, len(agents)) for k, v in result.extras.items()}
-        for i, agent in enumerate(agents):
-            actions[agent] = parts[i]
-            extras[agent] = {k: v[i] for k, v in split_extras.items()}
+        if len(agents) == 1:
+            actions[agents[0]], extras[agents[0]] = result.actions, result.extras
+        else:
+            parts = np.split(result.actions, len(agents))
+            split_extras = {k: np.split(v, len(agents)) for k, v in result.extras.items()}
+            for i, agent in enumerate(agents):
+                actions[agent] = parts[i]
+                extras[agent] = {k: v[i] for k, v in split_extras.items()}
+        if memory is not None and width and result.recurrent_state is not None:
+            memory.store(agents, result.recurrent_state)
     return actions, extras
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """The agents' rows stacked (one agent's as they are: no copy on the common path)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+class Memory:
+    """Recurrent states per agent, [env copies, width]; an agent without one starts at zeros."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, np.ndarray] = {}
+
+    def joined(self, agents: list[str], copies: int, width: int) -> np.ndarray:
+        """The agents' states stacked in `agents` order, [len(agents) * copies, width]."""
+        parts = []
+        for agent in agents:
+            state = self.states.get(agent)
+            if state is None or state.shape != (copies, width):
+                state = np.zeros((copies, width), np.float32)
+            parts.append(state)
+        return _joined(parts)
+
+    def store(self, agents: list[str], joined: np.ndarray) -> None:
+        for agent, state in zip(agents, np.split(joined, len(agents)), strict=True):
+            self.states[agent] = state
+
+    def reset(self, copies: np.ndarray | None = None) -> None:
+        """Zero the states of the env copies `copies` (bool [num_envs]) or of every copy."""
+        if copies is None:
+            self.states.clear()
+            return
+        if copies.any():
+            for state in self.states.values():
+                state[copies] = 0.0

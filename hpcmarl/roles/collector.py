@@ -27,7 +27,7 @@ from ..comm.transport import LocalTransport
 from ..core import Batch, Role
 from ..items.writers import ItemWriter, StepRecord
 from ..population import server_for
-from .acting import act_all
+from .acting import Memory, act_all
 from .evaluation import Evaluation
 from .state_tree import restore_rng, rng_state
 
@@ -93,6 +93,8 @@ class Collector(Role):
         self.obs = env.reset()
         self.masks = env.action_masks
         """The legal actions at `obs` per agent, for envs that have masks (else None)."""
+        self.memory = Memory()
+        """Recurrent actors' states per agent and env copy, zeroed where episodes start."""
         self.fragments_sent = 0
         self.env_steps = 0
 
@@ -137,6 +139,7 @@ class Collector(Role):
         that no episode mixes the policies of two tasks."""
         self.obs = self.env.reset(seed=seed)
         self.masks = self.env.action_masks
+        self.memory.reset()
         self.episodes.restart()
         self.restart_writers()
         self.pull_weights(versions)
@@ -218,6 +221,7 @@ class Collector(Role):
             self.task["env_steps"],
             greedy=self.greedy_keys,
             masks=self.masks,
+            memory=self.memory,
         )
         try:
             step = self.env.step(actions)
@@ -238,6 +242,7 @@ class Collector(Role):
         for writer in self.all_writers:
             writer.add(record)
         self.episodes.record(step)
+        self.memory.reset(step.episode_ended)
         self.obs, self.masks = step.observations, step.action_masks
         self.env_steps += self.env.num_envs
         if self.advance_writers():
@@ -255,7 +260,8 @@ class Collector(Role):
             for batch in logged:
                 self.replay_log.append(batch)
             self.replay_log.end_fragment()
-        self.outbox.extend(batches.items())
+        # an episode writer's fragment may close no item: nothing to send then
+        self.outbox.extend((g, b) for g, b in batches.items() if len(b["actions"]))
         self.reset_writers()
         self.fragments_sent += 1
         if self.fragments_sent % self.sync_every == 0:
@@ -293,6 +299,7 @@ class Collector(Role):
         self.env = self.remake_env()
         self.obs = self.env.reset()
         self.masks = self.env.action_masks
+        self.memory.reset()
         self.restart_writers()
         self.episodes.restart()
         self.task = None

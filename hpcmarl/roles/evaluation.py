@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .acting import act_all
+from .acting import Memory, act_all
 
 
 class Evaluation:
@@ -26,17 +26,26 @@ class Evaluation:
         self.running = np.ones(env.num_envs, bool)
         self.agent_returns = {a: np.zeros(env.num_envs) for a in env.agents}
         self.lengths = np.zeros(env.num_envs, np.int64)
+        self.memory = Memory()
 
     def step(self) -> bool:
         """Advance every unfinished episode by one step; True once all have ended."""
         actions, _ = act_all(
-            self.actors, self.bindings, self.obs, self.rng, 0, greedy=True, masks=self.masks
+            self.actors,
+            self.bindings,
+            self.obs,
+            self.rng,
+            0,
+            greedy=True,
+            masks=self.masks,
+            memory=self.memory,
         )
         step = self.env.step(actions)
         for agent, rewards in step.rewards.items():
             self.agent_returns[agent] += np.where(self.running, rewards, 0.0)
         self.lengths += self.running
         self.running &= ~step.episode_ended
+        self.memory.reset(step.episode_ended)
         self.obs, self.masks = step.observations, step.action_masks
         return not self.running.any()
 

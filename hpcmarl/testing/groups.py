@@ -34,7 +34,7 @@ def job_with(**settings: Any) -> JobConfig:
     for name, value in settings.items():
         section, _, key = name.rpartition("__")
         owner: Any = job.learner
-        if section in ("dqn", "ppo"):
+        if section in ("dqn", "ppo", "qmix"):
             owner = getattr(job.learner, section)
         elif section:
             owner = getattr(job, section)

@@ -36,12 +36,23 @@ MAPPO = [
 ]
 """3 collectors x 4 env copies: one batch of 12 fragments per round; 2 learners average it."""
 
+QMIX = [
+    "jobs/spread_qmix.yaml",
+    *JOB,
+    "env.num_envs=4",
+    "learner.batch_size=8",
+    "learner.updates_per_task=10",
+    "learner.qmix.target_network_update_freq=7",
+    "replay.learning_starts=12",
+]
+"""Episodes of the team (12 per round), their recurrent states and the mixer's targets."""
+
 
 @pytest.mark.mpi
 @pytest.mark.parametrize(
     ("job", "updates"),
-    [(JOB, 2000), (MAPPO, 24)],
-    ids=["dqn", "mappo"],
+    [(JOB, 2000), (MAPPO, 24), (QMIX, 60)],
+    ids=["dqn", "mappo", "qmix"],
 )
 def test_a_resumed_run_equals_an_uninterrupted_one(
     tmp_path: Path, job: list[str], updates: int

@@ -330,6 +330,16 @@ BAD_VALUES = {
     "psro.meta_solver": "alpharank",
     "psro.eval_episodes": 1,
     "psro.stop_exploitability": -0.1,
+    "learner.qmix.mixer": "sum",
+    "learner.qmix.rnn_hidden": 0,
+    "learner.qmix.mixing_embed": 0,
+    "learner.qmix.hypernet_embed": 0,
+    "learner.qmix.td_lambda": 1.5,
+    "learner.qmix.target_network_update_freq": 0,
+    "learner.qmix.episode_limit": 0,
+    "learner.qmix.eps_start": 1.5,
+    "learner.qmix.eps_end": -0.1,
+    "learner.qmix.eps_decay_steps": 0,
 }
 
 

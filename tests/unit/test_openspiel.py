@@ -170,8 +170,9 @@ def test_probe_reports_masks_and_turns() -> None:
 class RandomLegal:
     """An actor that plays a uniformly random legal action (for evaluation bookkeeping)."""
 
-    class spec:  # noqa: N801 - the attribute act_all reads
+    class spec:  # noqa: N801 - the attributes act_all reads
         agent_ids = 0
+        recurrent = 0
 
     def act(self, obs, rng, *, env_steps, greedy, action_mask=None, **_):
         from hpcmarl.algos.actors import random_actions

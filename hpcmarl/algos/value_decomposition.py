@@ -1,0 +1,292 @@
+"""Value decomposition for teams: VDN (Sunehag et al. 2018) and QMIX (Rashid et al. 2018), with
+EPyMARL's recurrent agents and defaults.
+
+A team is one training group whose agents share one recurrent Q-network (GRU), told apart by a
+one-hot agent index on their observations. The team's value is a mix of the agents' chosen
+Q-values: VDN adds them; QMIX mixes them through a network whose weights a hypernetwork makes
+from the global state, made non-negative so that Q_tot rises with every agent's Q (each agent's
+greedy action is then the team's). One optimizer trains the agents and the mixer on the team
+reward (the sum of the agents' rewards); a target copy of both is refreshed every
+`target_network_update_freq` updates.
+
+Items are whole episodes, `[T_max, agents, ...]` padded after the last step (`filled` marks the
+real steps; `items.writers.EpisodeWriter`), sampled uniformly from replay. The update runs the
+agents' GRU over each episode from a zero state, along the observations followed by the final
+next observation, so step t + 1's Q-values are those of s_{t+1} with the memory of s_0..s_t:
+
+    y_t = r_t + gamma (1 - terminated_t) Q_tot'(s_{t+1}, argmax_a Q(s_{t+1}, a))   (double Q)
+    L = sum_t filled_t (Q_tot(s_t, a_t) - y_t)^2 / sum_t filled_t
+
+or TD(lambda) targets over the episode when `td_lambda` > 0. Where the env has legal-action
+masks, the next actions are the best legal ones. An agent that is no longer active adds nothing
+to Q_tot.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from hpcmarl.algos.base import NetworkAlgorithm
+from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec, UpdateResult, UpdateSteps
+from hpcmarl.algos.masking import masked_argmax
+from hpcmarl.algos.networks import RecurrentQNet, recurrent_layout
+from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec
+
+
+def episode_item(group: GroupSpec, job: Any) -> ItemSpec:
+    """A whole episode of the team; the global state only where the mixer reads it."""
+    qmix = job.learner.qmix
+    obs_dim, n_actions = group.dims(group.policies[0])
+    columns = [
+        Column("observations", "<f4", (obs_dim,)),
+        Column("actions", "<i8"),
+        Column("rewards", "<f4"),
+        Column("next_observations", "<f4", (obs_dim,)),
+        Column("terminations", "|b1"),
+        Column("active", "|b1"),
+        Column("filled", "|b1", per="group"),
+        Column("episode_id", "<i8", per="group"),
+        Column("step", "<i4", per="group"),
+        Column("policy_version", "<i8", per="group"),
+    ]
+    if qmix.mixer == "qmix":
+        columns += [
+            Column("state", "<f4", (group.state_dim,), per="group"),
+            Column("next_state", "<f4", (group.state_dim,), per="group"),
+        ]
+    if group.action_masks:
+        columns += [
+            Column("action_masks", "|b1", (n_actions,)),
+            Column("next_action_masks", "|b1", (n_actions,)),
+        ]
+    selector = "prioritized" if job.replay.prioritized else "uniform"
+    return ItemSpec(
+        "episode", tuple(columns), len(group.agents), qmix.episode_limit, ReplaySpec(selector)
+    )
+
+
+class VDNMixer(nn.Module):
+    """Q_tot = sum_i Q_i."""
+
+    def forward(self, qs: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
+        return qs.sum(dim=-1)
+
+
+class QMIXMixer(nn.Module):
+    """Q_tot = w2(s)^T elu(W1(s)^T q + b1(s)) + V(s) with W1, w2 >= 0 (absolute values of the
+    hypernetworks' outputs): monotonic in every agent's Q."""
+
+    def __init__(self, agents: int, state_dim: int, embed: int, hypernet_embed: int) -> None:
+        super().__init__()
+        self.agents, self.embed = agents, embed
+        self.hyper_w1 = nn.Sequential(
+            nn.Linear(state_dim, hypernet_embed),
+            nn.ReLU(),
+            nn.Linear(hypernet_embed, agents * embed),
+        )
+        self.hyper_w2 = nn.Sequential(
+            nn.Linear(state_dim, hypernet_embed), nn.ReLU(), nn.Linear(hypernet_embed, embed)
+        )
+        self.hyper_b1 = nn.Linear(state_dim, embed)
+        self.value = nn.Sequential(nn.Linear(state_dim, embed), nn.ReLU(), nn.Linear(embed, 1))
+
+    def forward(self, qs: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
+        """`qs` [..., agents], `state` [..., state_dim] -> Q_tot [...]."""
+        assert state is not None
+        lead = qs.shape[:-1]
+        q = qs.reshape(-1, 1, self.agents)
+        s = state.reshape(-1, state.shape[-1])
+        w1 = self.hyper_w1(s).abs().view(-1, self.agents, self.embed)
+        b1 = self.hyper_b1(s).view(-1, 1, self.embed)
+        hidden = nn.functional.elu(torch.bmm(q, w1) + b1)
+        w2 = self.hyper_w2(s).abs().view(-1, self.embed, 1)
+        total = torch.bmm(hidden, w2).view(-1) + self.value(s).view(-1)
+        return total.view(lead)
+
+
+class ValueDecomposition(NetworkAlgorithm):
+    """A team's shared recurrent agent network and its mixer, with their targets."""
+
+    name = "qmix"
+
+    @classmethod
+    def item_spec(cls, group: GroupSpec, job: Any) -> ItemSpec:
+        return episode_item(group, job)
+
+    @classmethod
+    def policy_specs(cls, group: GroupSpec, job: Any) -> dict[str, PolicySpec]:
+        q = job.learner.qmix
+        policy = group.policies[0]
+        obs_dim, n_actions = group.dims(policy)
+        ids = len(group.agents_of(policy)) if q.agent_id else 0
+        explore = {"eps_start": q.eps_start, "eps_end": q.eps_end, "eps_decay": q.eps_decay_steps}
+        spec = PolicySpec(
+            key=group.keys[policy],
+            actor="recurrent_epsilon_greedy",
+            obs_dim=obs_dim,
+            n_actions=n_actions,
+            hidden_sizes=(q.rnn_hidden,),
+            activation="relu",
+            params=tuple(recurrent_layout(obs_dim + ids, q.rnn_hidden, n_actions)),
+            explore=tuple(sorted(explore.items())),
+            agent_ids=ids,
+            recurrent=q.rnn_hidden,
+        )
+        return {spec.key: spec}
+
+    def __init__(self, group: GroupSpec, job: Any, seed: int, device: str = "cpu") -> None:
+        self.q = job.learner.qmix
+        super().__init__(group, job, seed, device)
+        self.n_agents = len(group.agents)
+        self.agent_ids = len(group.agents_of(group.policies[0])) if self.q.agent_id else 0
+
+    # -- networks ---------------------------------------------------------------------------
+    def build_networks(self) -> dict[str, nn.Module]:
+        obs_dim, n_actions = self.group.dims(self.group.policies[0])
+        ids = len(self.group.agents_of(self.group.policies[0])) if self.q.agent_id else 0
+        self.agent = RecurrentQNet(obs_dim + ids, self.q.rnn_hidden, n_actions)
+        nets: dict[str, nn.Module] = {"agent": self.agent}
+        if self.q.mixer == "qmix":
+            agents = len(self.group.agents)
+            nets["mixer"] = QMIXMixer(
+                agents, self.group.state_dim, self.q.mixing_embed, self.q.hypernet_embed
+            )
+        self.mixer = nets.get("mixer", VDNMixer())
+        return nets
+
+    def build_extra_networks(self) -> dict[str, nn.Module]:
+        self.agent_target = copy.deepcopy(self.agent).requires_grad_(False)
+        self.mixer_target = copy.deepcopy(self.mixer).requires_grad_(False)
+        extras: dict[str, nn.Module] = {"agent_target": self.agent_target}
+        if self.q.mixer == "qmix":
+            extras["mixer_target"] = self.mixer_target
+        return extras
+
+    def acting(self, policy: str) -> nn.Module:
+        return self.agent
+
+    def after_step(self) -> None:
+        if self.steps % self.q.target_network_update_freq == 0:
+            self.agent_target.load_state_dict(self.agent.state_dict())
+            self.mixer_target.load_state_dict(self.mixer.state_dict())
+
+    # -- the update -------------------------------------------------------------------------
+    def update(self, batch: Batch, weights: np.ndarray | None = None) -> UpdateSteps:
+        """One gradient on a batch of episodes, averaged over the group, one Adam step."""
+        flat_grad, stats, errors = self.compute_gradients(batch, weights)
+        self.apply_gradients((yield flat_grad))
+        self.updates += 1
+        stats["grad_norm"] = self.grad_norm
+        return UpdateResult(stats, errors)
+
+    def compute_gradients(
+        self, batch: Batch, weights: np.ndarray | None
+    ) -> tuple[np.ndarray, dict[str, float], np.ndarray]:
+        """The loss gradient, stats, and each episode's mean |TD error| over its steps."""
+        t = self.tensors(batch)
+        filled = t["filled"]
+        inputs = self.sequence_inputs(t["observations"], t["next_observations"])
+        q_all = self.agent_values(self.agent, inputs)  # [B, T+1, N, A]
+        q_taken = q_all[:, :-1].gather(-1, t["actions"][..., None]).squeeze(-1)
+        q_taken = q_taken * t["active"]
+        q_tot = self.mixer(q_taken, t.get("state"))  # [B, T]
+        with torch.no_grad():
+            target = self.targets(t, q_all.detach(), inputs)
+        td = (q_tot - target) * filled
+        per_item = (td**2).sum(dim=1)
+        if weights is not None:
+            per_item = per_item * torch.as_tensor(weights, dtype=torch.float32, device=self.device)
+        count = filled.sum().clamp(min=1.0)
+        loss = per_item.sum() / count
+        flat_grad = self.backward(loss)
+        steps = filled.sum(dim=1).clamp(min=1.0)
+        errors = (td.detach().abs().sum(dim=1) / steps).cpu().numpy().astype(np.float32)
+        real = filled.bool()
+        stats = {
+            "loss": loss.item(),
+            "q_tot_mean": q_tot.detach()[real].mean().item() if real.any() else 0.0,
+            "target_mean": target[real].mean().item() if real.any() else 0.0,
+            "td_abs_mean": float(td.detach().abs().sum().item() / count.item()),
+        }
+        return flat_grad, stats, errors
+
+    def targets(
+        self, t: dict[str, torch.Tensor], q_online: torch.Tensor, inputs: torch.Tensor
+    ) -> torch.Tensor:
+        """y_t per episode step, [B, T]: one-step or TD(lambda) targets from the target agents
+        and mixer at s_{t+1}."""
+        q_next_target = self.agent_values(self.agent_target, inputs)[:, 1:]  # [B, T, N, A]
+        mask = t.get("next_action_masks")
+        chooser = q_online[:, 1:] if self.q.double_q else q_next_target
+        flat_mask = None if mask is None else mask.reshape(-1, mask.shape[-1])
+        best = masked_argmax(chooser.reshape(-1, chooser.shape[-1]), flat_mask)
+        q_next = q_next_target.reshape(-1, q_next_target.shape[-1]).gather(1, best)
+        q_next = q_next.view(t["actions"].shape)
+        if mask is not None:  # an agent with no legal action at s' adds nothing
+            q_next = torch.where(mask.any(dim=-1), q_next, 0.0)
+        q_next = q_next * (1.0 - t["terminations"]) * t["active"]  # a done agent adds nothing
+        next_tot = self.mixer_target(q_next, t.get("next_state"))  # [B, T]
+        reward = t["rewards"].sum(dim=-1)  # the team reward
+        done = (t["terminations"] + (1.0 - t["active"])).clamp(max=1.0).min(dim=-1).values
+        gamma = self.cfg.gamma
+        if self.q.td_lambda <= 0:
+            return reward + gamma * (1.0 - done) * next_tot
+        return lambda_returns(reward, next_tot, done, t["filled"], gamma, self.q.td_lambda)
+
+    def sequence_inputs(self, obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+        """[B, T+1, N, in]: o_0, then o'_0..o'_{T-1} (each o_{t+1}, and the final observation
+        where the episode ends), with the agents' one-hot indices appended."""
+        seq = torch.cat([obs[:, :1], next_obs], dim=1)
+        if not self.agent_ids:
+            return seq
+        b, steps, n, _ = seq.shape
+        one_hot = torch.eye(self.agent_ids, device=self.device)[:n]
+        return torch.cat([seq, one_hot.expand(b, steps, n, self.agent_ids)], dim=-1)
+
+    def agent_values(self, net: RecurrentQNet, inputs: torch.Tensor) -> torch.Tensor:
+        """Q-values [B, T+1, N, A] of the agents along their episodes, from zero states."""
+        b, steps, n, width = inputs.shape
+        per_agent = inputs.permute(0, 2, 1, 3).reshape(b * n, steps, width)
+        q, _ = net(per_agent)
+        return q.view(b, n, steps, -1).permute(0, 2, 1, 3)
+
+    def tensors(self, batch: Batch) -> dict[str, torch.Tensor]:
+        floats = {"observations", "next_observations", "rewards", "state", "next_state"}
+        flags = {"terminations", "active", "filled"}
+        out: dict[str, torch.Tensor] = {}
+        for name in batch:
+            if name in floats or name in flags:
+                out[name] = self.tensor(batch, name, torch.float32)
+            elif name == "actions":
+                out[name] = self.tensor(batch, name, torch.int64)
+            elif name.endswith("action_masks"):
+                out[name] = self.tensor(batch, name, torch.bool)
+        return out
+
+
+def lambda_returns(
+    reward: torch.Tensor,
+    next_value: torch.Tensor,
+    done: torch.Tensor,
+    filled: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
+    """TD(lambda) targets [B, T], backwards over each episode:
+    G_t = r_t + gamma (1 - done_t) ((1 - lam) V_{t+1} + lam G_{t+1}), where the step after the
+    episode's last filled one contributes V_{t+1} only (a truncated episode is bootstrapped)."""
+    steps = reward.shape[1]
+    out = torch.zeros_like(reward)
+    following = torch.zeros_like(reward[:, 0])
+    for t in reversed(range(steps)):
+        more = filled[:, t + 1] if t + 1 < steps else torch.zeros_like(following)
+        mix = lam * more
+        blended = (1.0 - mix) * next_value[:, t] + mix * following
+        out[:, t] = reward[:, t] + gamma * (1.0 - done[:, t]) * blended
+        following = out[:, t]
+    return out * filled
