@@ -1,10 +1,11 @@
 """Dealing saved replay tables over a different number of replay shards on resume.
 
-A job resumed with more or fewer shards must keep every stored transition. The saved tables'
-rows are merged in approximate age order (each table's rows are oldest first; rows of different
-tables are interleaved by their relative position) and dealt round robin, so every new shard
-holds a similar mix of old and new data. Priorities travel with their rows; a new table that
-would overflow its capacity keeps its newest rows, counted as evicted.
+A job resumed with more or fewer shards must keep every stored item, of any kind (transitions,
+or a team's episodes `[T, agents, ...]`), also where a saved shard's table is empty. The saved
+tables' rows are merged in approximate age order (each table's rows are oldest first; rows of
+different tables are interleaved by their relative position) and dealt round robin, so every
+new shard holds a similar mix of old and new data. Priorities travel with their rows; a new
+table that would overflow its capacity keeps its newest rows, counted as evicted.
 """
 
 from __future__ import annotations
@@ -42,9 +43,8 @@ def _table_of(
     dropped = max(0, len(row) - capacity)  # the oldest rows that no longer fit
     source, row, evicted = source[dropped:], row[dropped:], evicted + dropped
     out: dict[str, Any] = {}
-    for key in states[0]:
-        if key.startswith(COLUMN) or key == "priorities":
-            out[key] = _gather([s[key] for s in states], source, row)
+    for key in _row_keys(states):
+        out[key] = _gather(_parts(states, key), source, row)
     n = len(row)
     total = n + evicted
     out["insert_ids"] = np.arange(total - n, total, dtype=np.int64)
@@ -53,6 +53,29 @@ def _table_of(
     if "max_priority" in states[0]:
         out["max_priority"] = np.array(max(float(s["max_priority"]) for s in states))
     return out
+
+
+def _row_keys(states: list[dict[str, Any]]) -> list[str]:
+    """The per-row arrays of any saved table: its columns (a table that never received an item
+    has none; its schema is fixed by the first insert) and its priorities."""
+    keys = {k for s in states for k in s if k.startswith(COLUMN) or k == "priorities"}
+    return sorted(keys)
+
+
+def _parts(states: list[dict[str, Any]], key: str) -> list[np.ndarray]:
+    """Each saved table's `key` array; a table without it holds no rows, so an empty array of
+    the same item shape stands in."""
+    like = next(np.asarray(s[key]) for s in states if key in s)
+    empty = np.empty((0, *like.shape[1:]), like.dtype)
+    parts = []
+    for state in states:
+        if key in state:
+            parts.append(np.asarray(state[key]))
+        elif len(state["insert_ids"]):
+            raise ValueError(f"a saved replay table holds rows but no {key!r}")
+        else:
+            parts.append(empty)
+    return parts
 
 
 def _gather(parts: list[np.ndarray], source: np.ndarray, row: np.ndarray) -> np.ndarray:

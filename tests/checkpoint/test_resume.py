@@ -154,6 +154,14 @@ def replay_rows(run_dir: Path, ckpt: str) -> list[tuple]:
     return sorted(rows)
 
 
+def resume_over_shards(run_dir: Path, shards: int, budget: int) -> None:
+    """Resume at the step budget: it checkpoints again at once, the tables dealt over
+    `shards` new shards."""
+    args = ["resume", str(run_dir), f"topology.replay_shards={shards}"]
+    again = run_local(["-m", "hpcmarl", *args, f"commander.max_env_steps={budget}"], timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+
+
 @pytest.mark.parametrize("shards", [1, 3])
 def test_resume_with_another_shard_count_keeps_every_transition(
     tmp_path: Path, shards: int
@@ -161,19 +169,53 @@ def test_resume_with_another_shard_count_keeps_every_transition(
     args = ["-m", "hpcmarl", *SMALL, "commander.max_env_steps=2000", f"runtime.run_dir={tmp_path}"]
     assert run_local(args, timeout=300).returncode == 0
     budget = manifest(tmp_path, "000001")["info"]["counters"]["env_steps"]
-    # Resuming at the budget checkpoints again at once, with the tables dealt over new shards.
-    again = run_local(
-        [
-            "-m",
-            "hpcmarl",
-            "resume",
-            str(tmp_path),
-            f"topology.replay_shards={shards}",
-            f"commander.max_env_steps={budget}",
-        ],
-        timeout=300,
-    )
-    assert again.returncode == 0, again.stderr[-3000:]
+    resume_over_shards(tmp_path, shards, budget)
     files = sorted((tmp_path / "checkpoints" / "000002").glob("replay*.h5"))
     assert len(files) == shards
     assert replay_rows(tmp_path, "000002") == replay_rows(tmp_path, "000001")
+
+
+def episodes_in(path: Path) -> list[tuple]:
+    """A replay file's stored episode items as (episode_id, first step, filled steps)."""
+    columns = read_tree(path)["tables"]["shared"].get("column", {})
+    if not columns:
+        return []  # a table that never received an item has no columns
+    return [
+        (int(ids[0]), int(steps[0]), int(filled.sum()))
+        for ids, steps, filled in zip(
+            columns["episode_id"], columns["step"], columns["filled"], strict=True
+        )
+    ]
+
+
+def stored_episodes(run_dir: Path, ckpt: str) -> list[list[tuple]]:
+    """Each replay file's episode items of a checkpoint, in shard order."""
+    return [episodes_in(p) for p in sorted((run_dir / "checkpoints" / ckpt).glob("replay*.h5"))]
+
+
+def test_resume_with_another_shard_count_keeps_every_episode(tmp_path: Path) -> None:
+    """A team's episode tables, dealt from 2 shards to 3: one of the saved shards holds an
+    empty table (its collector never reached it), which used to stop the resume."""
+    job = [
+        "jobs/spread_qmix.yaml",
+        *SMALL,
+        "topology.collectors=1",
+        "topology.replay_shards=2",
+        "replay.insert_credits=1",
+        "env.num_envs=2",
+        "replay.learning_starts=8",
+        "learner.batch_size=4",
+        "collector.fragments_per_task=1",
+        "commander.max_env_steps=50",
+    ]
+    args = ["-m", "hpcmarl", *job, f"runtime.run_dir={tmp_path}"]
+    first = run_local(args, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    saved = stored_episodes(tmp_path, "000001")
+    assert [] in saved and any(saved), saved  # one shard full, one empty
+    assert all(n == 25 for shard in saved for _, _, n in shard)
+    budget = manifest(tmp_path, "000001")["info"]["counters"]["env_steps"]
+    resume_over_shards(tmp_path, 3, budget)
+    dealt = stored_episodes(tmp_path, "000002")
+    assert len(dealt) == 3
+    assert sorted(sum(dealt, [])) == sorted(sum(saved, []))

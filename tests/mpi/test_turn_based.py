@@ -84,11 +84,28 @@ def random_legal_return(episodes: int = 400) -> float:
     return float(total.mean())
 
 
+MASKED_QMIX = [
+    "learner.algo=qmix",
+    "learner.batch_size=16",
+    "learner.qmix.episode_limit=10",
+    "learner.qmix.rnn_hidden=32",
+    "learner.qmix.eps_decay_steps=3000",
+    "learner.qmix.target_network_update_freq=50",
+    "replay.learning_starts=50",
+    "replay.samples_per_insert=4",
+    "replay.error_buffer=200",
+]
+"""A team of one recurrent agent on the same env: masks as columns of prioritized episode
+items, the masked argmax of its targets and of its actor."""
+
+
 @pytest.mark.mpi
-def test_masked_dqn_learns_beyond_random_legal_play(tmp_path: Path) -> None:
+@pytest.mark.parametrize("algo", [[], MASKED_QMIX], ids=["dqn", "qmix"])
+def test_masked_learners_learn_beyond_random_legal_play(tmp_path: Path, algo: list[str]) -> None:
     baseline = random_legal_return()
     assert baseline == pytest.approx(10 * masked.RANDOM_STEP_VALUE, abs=0.3)
-    result = run_mpi(1, ["-m", "hpcmarl", *MASKED_JOB, f"runtime.run_dir={tmp_path}"], 180)
+    args = ["-m", "hpcmarl", *MASKED_JOB, *algo, f"runtime.run_dir={tmp_path}"]
+    result = run_mpi(1, args, 180)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "step budget reached" in finished_line(result.stdout)
     no_illegal_action(result, tmp_path)

@@ -34,3 +34,29 @@ def test_a_smaller_capacity_keeps_the_newest_rows_and_counts_the_rest() -> None:
     (state,) = deal_tables(saved, 1, capacity=4)
     assert state["column/x"].tolist() == [6.0, 7.0, 8.0, 9.0]
     assert state["counters"].tolist() == [10, 6]
+
+
+def episode_table(episodes: int, seed: int) -> ReplayTable:
+    """A table of episode items, [T, agents, obs] and [T] columns, or an empty one."""
+    table = ReplayTable(50, prioritized=False, seed=seed)
+    if episodes:
+        obs = np.arange(episodes * 4 * 3 * 2, dtype=np.float32).reshape(episodes, 4, 3, 2) + seed
+        table.insert({"observations": obs, "filled": np.ones((episodes, 4), bool)})
+    return table
+
+
+def test_episode_tables_and_empty_tables_are_dealt_to_any_number_of_shards() -> None:
+    """A saved shard that never received an item of a group holds an empty table without a
+    schema; dealing it with full ones used to fail with a KeyError or a ValueError."""
+    for saved_counts in ([0, 3], [3, 0], [0, 0], [2, 0, 5]):
+        saved = [episode_table(n, seed=100 * i).state() for i, n in enumerate(saved_counts)]
+        for n_out in (1, 2, 4):
+            dealt = deal_tables(saved, n_out, capacity=50)
+            held = sum(len(d["insert_ids"]) for d in dealt)
+            assert held == sum(saved_counts)
+            for state in dealt:
+                table = ReplayTable(50, prioritized=False)
+                table.load_state(state)
+                assert table.size == len(state["insert_ids"])
+                if table.size:
+                    assert state["column/observations"].shape[1:] == (4, 3, 2)
