@@ -31,6 +31,9 @@ class DQNConfig:
     """Final epsilon."""
     eps_decay_steps: int = 8_000
     """Global env steps over which epsilon decays linearly from eps_start to eps_end."""
+    n_step: int = 1
+    """Steps of reward each transition sums before it bootstraps (n-step returns, truncated
+    at the episode's end); collectors build them, replay files keep one-step rows."""
 
 
 @dataclass
@@ -113,6 +116,35 @@ class QMIXConfig:
     """Global env steps over which epsilon decays linearly from eps_start to eps_end."""
 
 
+@dataclass
+class R2D2Config:
+    """Recurrent DQN's own keys (`learner.algo: r2d2`; Kapturowski et al. 2019): a GRU
+    Q-network trained on sequences from prioritized replay (`replay.sequence_length`,
+    `replay.burn_in`, `replay.sequence_overlap`, `replay.zero_init_states`), n-step double-Q
+    targets under value rescaling, priorities per sequence."""
+
+    rnn_hidden: int = 64
+    """Width of the GRU (and of the layer before it)."""
+    n_step: int = 3
+    """Steps of reward each target sums before it bootstraps (cut at the sequence's and the
+    episode's end)."""
+    priority_eta: float = 0.9
+    """A sequence's priority: eta max_t |delta_t| + (1 - eta) mean_t |delta_t|."""
+    value_rescaling: bool = True
+    """Learn h(Q) with h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x, which keeps targets of long
+    episodes in a small range."""
+    double_q: bool = True
+    """The online network picks the next action, the target network scores it."""
+    target_network_update_freq: int = 200
+    """Updates between hard copies of the online network into the target network."""
+    eps_start: float = 1.0
+    """Initial epsilon of the actor's epsilon-greedy schedule."""
+    eps_end: float = 0.02
+    """Final epsilon."""
+    eps_decay_steps: int = 20_000
+    """Global env steps over which epsilon decays linearly from eps_start to eps_end."""
+
+
 @dataclass(frozen=True)
 class AlgoDecl:
     """One algorithm a job can name in `learner.algo`."""
@@ -178,6 +210,13 @@ CATALOG: dict[str, AlgoDecl] = {
             items="episode",
         ),
         AlgoDecl(
+            "r2d2",
+            "recurrent DQN on sequences with burn-in, n-step targets (prioritized replay)",
+            "hpcmarl.algos.r2d2:R2D2",
+            "r2d2",
+            items="sequence",
+        ),
+        AlgoDecl(
             "vdn",
             "VDN: recurrent agents whose Q-values add up (episodes, replay)",
             "hpcmarl.algos.value_decomposition:ValueDecomposition",
@@ -189,7 +228,12 @@ CATALOG: dict[str, AlgoDecl] = {
 }
 """Every algorithm by its `learner.algo` name."""
 
-SECTIONS: dict[str, type] = {"dqn": DQNConfig, "ppo": PPOConfig, "qmix": QMIXConfig}
+SECTIONS: dict[str, type] = {
+    "dqn": DQNConfig,
+    "ppo": PPOConfig,
+    "qmix": QMIXConfig,
+    "r2d2": R2D2Config,
+}
 """The dataclass of each `learner.<section>`."""
 
 

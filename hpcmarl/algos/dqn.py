@@ -25,19 +25,22 @@ from hpcmarl.algos.base import NetworkAlgorithm
 from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec
 from hpcmarl.algos.masking import masked_argmax, masked_max
 from hpcmarl.algos.networks import mlp, mlp_layout
-from hpcmarl.items.spec import ItemSpec, ReplaySpec
+from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec
 from hpcmarl.replay.columns import mask_columns, transition_columns
 
 
-def transition_item(group: GroupSpec, job: Any) -> ItemSpec:
+def transition_item(group: GroupSpec, job: Any, n_step: int = 1) -> ItemSpec:
     """One agent's step, as DQN and BC learn from it (DESIGN.md §3 column names), with the
-    legal-action masks when the env has them."""
+    legal-action masks when the env has them; or, for n > 1, its n-step transition."""
     obs_dim, n_actions = group.dims(group.policies[0])
     columns = transition_columns(obs_dim)
     if group.action_masks:
         columns += mask_columns(n_actions)
     selector = "prioritized" if job.replay.prioritized else "uniform"
-    return ItemSpec("transition", columns, replay=ReplaySpec(selector))
+    if n_step > 1:
+        columns += (Column("discounts", "<f4"),)
+    replay = ReplaySpec(selector)
+    return ItemSpec("transition", columns, replay=replay, n_step=n_step, gamma=job.learner.gamma)
 
 
 def q_policy_spec(group: GroupSpec, job: Any, explore: dict[str, float]) -> dict[str, PolicySpec]:
@@ -65,7 +68,7 @@ class DQN(NetworkAlgorithm):
 
     @classmethod
     def item_spec(cls, group: GroupSpec, job: Any) -> ItemSpec:
-        return transition_item(group, job)
+        return transition_item(group, job, job.learner.dqn.n_step)
 
     @classmethod
     def policy_specs(cls, group: GroupSpec, job: Any) -> dict[str, PolicySpec]:
@@ -101,10 +104,13 @@ class DQN(NetworkAlgorithm):
         next_mask = None
         if "next_action_masks" in batch:
             next_mask = self.tensor(batch, "next_action_masks", torch.bool)
+        discount = self.cfg.gamma  # an n-step transition carries its own gamma^m
+        if "discounts" in batch:
+            discount = self.tensor(batch, "discounts", torch.float32)
         q_taken = self.q(obs).gather(1, actions[:, None]).squeeze(1)
         with torch.no_grad():
             next_value = self._next_value(next_obs, next_mask)
-            target = rewards + self.cfg.gamma * (1.0 - terminated) * next_value
+            target = rewards + discount * (1.0 - terminated) * next_value
         td = q_taken - target  # truncation does not cut the bootstrap; termination does
         per_row = F.huber_loss(q_taken, target, reduction="none", delta=d.huber_delta)
         if weights is not None:

@@ -69,6 +69,12 @@ def check_job(cfg: Any, groups: dict[str, list[str]]) -> None:
             "offline.dataset holds old data",
             "use learner.algo=dqn or bc for offline training, or drop offline.dataset",
         )
+    if offline and decl.name == "dqn" and cfg.learner.dqn.n_step > 1:
+        raise ConfigError(
+            f"learner.dqn.n_step = {cfg.learner.dqn.n_step}: n-step transitions are built by "
+            "collectors, and offline.dataset holds one-step transitions",
+            "drop learner.dqn.n_step (1) for offline training",
+        )
     if offline and decl.items != "transition":
         raise ConfigError(
             f"learner.algo = {decl.name} trains on {decl.items}s of a team, and "

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from hpcmarl.algos.base import NetworkAlgorithm
-from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec, UpdateResult, UpdateSteps
+from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec
 from hpcmarl.algos.masking import masked_argmax
 from hpcmarl.algos.networks import RecurrentQNet, recurrent_layout
 from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec
@@ -121,23 +121,8 @@ class ValueDecomposition(NetworkAlgorithm):
     @classmethod
     def policy_specs(cls, group: GroupSpec, job: Any) -> dict[str, PolicySpec]:
         q = job.learner.qmix
-        policy = group.policies[0]
-        obs_dim, n_actions = group.dims(policy)
-        ids = len(group.agents_of(policy)) if q.agent_id else 0
-        explore = {"eps_start": q.eps_start, "eps_end": q.eps_end, "eps_decay": q.eps_decay_steps}
-        spec = PolicySpec(
-            key=group.keys[policy],
-            actor="recurrent_epsilon_greedy",
-            obs_dim=obs_dim,
-            n_actions=n_actions,
-            hidden_sizes=(q.rnn_hidden,),
-            activation="relu",
-            params=tuple(recurrent_layout(obs_dim + ids, q.rnn_hidden, n_actions)),
-            explore=tuple(sorted(explore.items())),
-            agent_ids=ids,
-            recurrent=q.rnn_hidden,
-        )
-        return {spec.key: spec}
+        ids = len(group.agents_of(group.policies[0])) if q.agent_id else 0
+        return recurrent_q_spec(group, q, ids)
 
     def __init__(self, group: GroupSpec, job: Any, seed: int, device: str = "cpu") -> None:
         self.q = job.learner.qmix
@@ -175,15 +160,7 @@ class ValueDecomposition(NetworkAlgorithm):
             self.agent_target.load_state_dict(self.agent.state_dict())
             self.mixer_target.load_state_dict(self.mixer.state_dict())
 
-    # -- the update -------------------------------------------------------------------------
-    def update(self, batch: Batch, weights: np.ndarray | None = None) -> UpdateSteps:
-        """One gradient on a batch of episodes, averaged over the group, one Adam step."""
-        flat_grad, stats, errors = self.compute_gradients(batch, weights)
-        self.apply_gradients((yield flat_grad))
-        self.updates += 1
-        stats["grad_norm"] = self.grad_norm
-        return UpdateResult(stats, errors)
-
+    # -- the update (the base's one gradient per batch) ---------------------------------------
     def compute_gradients(
         self, batch: Batch, weights: np.ndarray | None
     ) -> tuple[np.ndarray, dict[str, float], np.ndarray]:
@@ -239,34 +216,78 @@ class ValueDecomposition(NetworkAlgorithm):
         return lambda_returns(reward, next_tot, done, t["filled"], gamma, self.q.td_lambda)
 
     def sequence_inputs(self, obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
-        """[B, T+1, N, in]: o_0, then o'_0..o'_{T-1} (each o_{t+1}, and the final observation
-        where the episode ends), with the agents' one-hot indices appended."""
-        seq = torch.cat([obs[:, :1], next_obs], dim=1)
-        if not self.agent_ids:
-            return seq
-        b, steps, n, _ = seq.shape
-        one_hot = torch.eye(self.agent_ids, device=self.device)[:n]
-        return torch.cat([seq, one_hot.expand(b, steps, n, self.agent_ids)], dim=-1)
+        return sequence_inputs(obs, next_obs, self.agent_ids)
 
     def agent_values(self, net: RecurrentQNet, inputs: torch.Tensor) -> torch.Tensor:
         """Q-values [B, T+1, N, A] of the agents along their episodes, from zero states."""
-        b, steps, n, width = inputs.shape
-        per_agent = inputs.permute(0, 2, 1, 3).reshape(b * n, steps, width)
-        q, _ = net(per_agent)
-        return q.view(b, n, steps, -1).permute(0, 2, 1, 3)
+        q, _ = unroll(net, inputs)
+        return q
 
     def tensors(self, batch: Batch) -> dict[str, torch.Tensor]:
-        floats = {"observations", "next_observations", "rewards", "state", "next_state"}
-        flags = {"terminations", "active", "filled"}
-        out: dict[str, torch.Tensor] = {}
-        for name in batch:
-            if name in floats or name in flags:
-                out[name] = self.tensor(batch, name, torch.float32)
-            elif name == "actions":
-                out[name] = self.tensor(batch, name, torch.int64)
-            elif name.endswith("action_masks"):
-                out[name] = self.tensor(batch, name, torch.bool)
-        return out
+        return tensors_of(batch, self.device)
+
+
+def recurrent_q_spec(group: GroupSpec, settings: Any, agent_ids: int) -> dict[str, PolicySpec]:
+    """The published recurrent Q-network of the group's one policy, acting epsilon-greedily:
+    `settings` is the algorithm's section (rnn_hidden and the epsilon schedule)."""
+    policy = group.policies[0]
+    obs_dim, n_actions = group.dims(policy)
+    s = settings
+    explore = {"eps_start": s.eps_start, "eps_end": s.eps_end, "eps_decay": s.eps_decay_steps}
+    spec = PolicySpec(
+        key=group.keys[policy],
+        actor="recurrent_epsilon_greedy",
+        obs_dim=obs_dim,
+        n_actions=n_actions,
+        hidden_sizes=(s.rnn_hidden,),
+        activation="relu",
+        params=tuple(recurrent_layout(obs_dim + agent_ids, s.rnn_hidden, n_actions)),
+        explore=tuple(sorted(explore.items())),
+        agent_ids=agent_ids,
+        recurrent=s.rnn_hidden,
+    )
+    return {spec.key: spec}
+
+
+def sequence_inputs(obs: torch.Tensor, next_obs: torch.Tensor, agent_ids: int) -> torch.Tensor:
+    """[B, T+1, N, in]: o_0, then o'_0..o'_{T-1} (each o_{t+1}, and the final observation
+    where the episode ends), with the agents' one-hot indices appended when `agent_ids`."""
+    seq = torch.cat([obs[:, :1], next_obs], dim=1)
+    if not agent_ids:
+        return seq
+    b, steps, n, _ = seq.shape
+    one_hot = torch.eye(agent_ids, device=seq.device)[:n]
+    return torch.cat([seq, one_hot.expand(b, steps, n, agent_ids)], dim=-1)
+
+
+def unroll(
+    net: RecurrentQNet, inputs: torch.Tensor, h0: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q-values [B, T, N, A] of every agent along `inputs` [B, T, N, in], from states `h0`
+    [B, N, H] (zeros when None), and the final states [B, N, H]."""
+    b, steps, n, width = inputs.shape
+    per_agent = inputs.permute(0, 2, 1, 3).reshape(b * n, steps, width)
+    start = None if h0 is None else h0.reshape(b * n, -1)
+    q, h = net(per_agent, start)
+    return q.view(b, n, steps, -1).permute(0, 2, 1, 3), h.view(b, n, -1)
+
+
+_FLOATS = {"observations", "next_observations", "rewards", "state", "next_state"}
+_FLAGS = {"terminations", "truncations", "active", "filled"}
+
+
+def tensors_of(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
+    """The batch's columns a recurrent Q-learner reads, as tensors: values and flags as
+    float32, actions as int64, masks as bool, stored recurrent states as float32."""
+    out: dict[str, torch.Tensor] = {}
+    for name, array in batch.items():
+        if name in _FLOATS or name in _FLAGS or name == "recurrent_state":
+            out[name] = torch.as_tensor(np.asarray(array), dtype=torch.float32, device=device)
+        elif name == "actions":
+            out[name] = torch.as_tensor(np.asarray(array), dtype=torch.int64, device=device)
+        elif name.endswith("action_masks"):
+            out[name] = torch.as_tensor(np.asarray(array), dtype=torch.bool, device=device)
+    return out
 
 
 def lambda_returns(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcmarl.algos.catalog import DQNConfig, PPOConfig, QMIXConfig
+from hpcmarl.algos.catalog import DQNConfig, PPOConfig, QMIXConfig, R2D2Config
 
 ENV_FAMILIES = ("gymnasium", "pettingzoo", "openspiel")
 """The values of `env.kind`; `envs.registry.ENV_KINDS` makes each (kept light: no env imports)."""
@@ -52,7 +52,7 @@ class LearnerConfig:
 
     algo: str = "dqn"
     """Algorithm name; `python -m hpcmarl --explain` lists them (dqn, bc, ppo, mappo, ippo,
-    qmix, vdn)."""
+    qmix, vdn, r2d2)."""
     lr: float = 1e-3
     """Adam learning rate."""
     gamma: float = 0.99
@@ -83,6 +83,8 @@ class LearnerConfig:
     """PPO's keys (also used by mappo and ippo)."""
     qmix: QMIXConfig = field(default_factory=QMIXConfig)
     """Value decomposition's keys (qmix and vdn)."""
+    r2d2: R2D2Config = field(default_factory=R2D2Config)
+    """Recurrent DQN's keys."""
 
 
 @dataclass
@@ -107,6 +109,17 @@ class ReplayConfig:
     """Target ratio of sampled to inserted transitions; 0 disables the rate limiter."""
     error_buffer: float = 20_000.0
     """Slack of the samples-per-insert limiter, in transitions, around its target."""
+    sequence_length: int = 40
+    """Sequence items (r2d2): steps per sequence, burn-in included; a sequence never crosses
+    an episode's end (a shorter end is padded, `filled` marking its steps)."""
+    burn_in: int = 10
+    """Sequence items: first steps of each sequence that only warm up the recurrent state
+    (no loss, no gradient)."""
+    sequence_overlap: int = 20
+    """Sequence items: steps consecutive sequences of an episode share (R2D2: half)."""
+    zero_init_states: bool = False
+    """Sequence items: start each sequence's recurrent state at zeros instead of the state the
+    actor had there (stored with the sequence)."""
     insert_credits: int = 2
     """Batches a collector may have in flight to one shard (back-pressure credits)."""
 

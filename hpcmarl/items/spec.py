@@ -5,8 +5,10 @@ Kinds (DESIGN.md §7):
   (`agent_id` names the agent), which is what independent learners (DQN, BC) want.
 - `fragment`: on-policy data, `length` consecutive steps of one environment copy with every
   agent of the group side by side, `[T, agents, ...]`, so a centralised critic sees them together.
-- `sequence` and `episode` come with recurrent agents and value decomposition; they share the
-  layout of `fragment` (a leading time axis, then agents).
+- `episode` (VDN, QMIX): one episode of one env copy, `[T_max, agents, ...]`, padded after its
+  last step (`filled` marks the real ones); `sequence` (R2D2): `length` consecutive steps of
+  one episode, consecutive sequences sharing `overlap` steps, never crossing an episode's end.
+  Both have the layout of `fragment` (a leading time axis, then agents).
 
 A column is per agent (it gets the agents axis of joint items) or per group (global `state`,
 `policy_version`). The replay spec says how a shard stores and serves the items: sampled with
@@ -78,6 +80,15 @@ class ItemSpec:
     length: int = 1
     """Steps per item: the fragment length T; 1 for transitions."""
     replay: ReplaySpec = field(default_factory=ReplaySpec)
+    n_step: int = 1
+    """Transitions: steps each one spans (n-step returns). With n > 1 a transition's reward is
+    sum_k gamma^k r_{t+k} up to n steps or the episode's end, `next_observations` is where
+    that ends, and its `discounts` column holds the bootstrap's gamma^m."""
+    gamma: float = 1.0
+    """The discount of n-step returns (used when n_step > 1)."""
+    overlap: int = 0
+    """Sequences: steps an item shares with the next item of the same episode (its first
+    `overlap` steps are the previous item's last ones); 0 for episodes."""
 
     def __post_init__(self) -> None:
         if self.kind not in ITEM_KINDS:
@@ -85,6 +96,8 @@ class ItemSpec:
         names = [c.name for c in self.columns]
         if len(set(names)) != len(names):
             raise ValueError(f"item columns repeat a name: {names}")
+        if self.n_step > 1 and (self.kind != "transition" or "discounts" not in names):
+            raise ValueError("n-step items are transitions with a `discounts` column")
 
     @property
     def joint(self) -> bool:
@@ -137,6 +150,9 @@ class ItemSpec:
             "agents": self.agents,
             "length": self.length,
             "replay": vars(self.replay),
+            "n_step": self.n_step,
+            "gamma": self.gamma,
+            "overlap": self.overlap,
             "columns": [[c.name, c.dtype, list(c.shape), c.per] for c in self.columns],
         }
         return json.dumps(plain)
@@ -146,5 +162,17 @@ class ItemSpec:
         plain = json.loads(text)
         columns = tuple(Column(n, d, tuple(s), p) for n, d, s, p in plain["columns"])
         return cls(
-            plain["kind"], columns, plain["agents"], plain["length"], ReplaySpec(**plain["replay"])
+            plain["kind"],
+            columns,
+            plain["agents"],
+            plain["length"],
+            ReplaySpec(**plain["replay"]),
+            int(plain.get("n_step", 1)),
+            float(plain.get("gamma", 1.0)),
+            int(plain.get("overlap", 0)),
         )
+
+    def one_step(self) -> ItemSpec:
+        """The one-step transitions n-step ones are made of (what a collector records)."""
+        columns = tuple(c for c in self.columns if c.name != "discounts")
+        return ItemSpec(self.kind, columns, self.agents, self.length, self.replay)

@@ -10,13 +10,16 @@ out one batch of that group's items:
 - `FragmentWriter` (fragment items): one item per env copy, `[T, agents, ...]` per agent column
   and `[T, ...]` per group column, packed likewise; inactive steps stay, marked by `active`, so
   the time axis stays whole.
-- `EpisodeWriter` (episode items): one item per episode of each env copy, `[T_max, agents, ...]`,
-  padded after the episode's last step and marked by `filled`; an episode longer than T_max
-  goes on in the next item. Items complete when episodes end, so a fragment yields zero or
-  more of them.
+- `EpisodeWriter` (episode and sequence items): one item per episode of each env copy,
+  `[T_max, agents, ...]`, padded after the episode's last step and marked by `filled`; an
+  episode longer than T_max goes on in the next item, which for sequences starts with the
+  previous one's last `overlap` steps. Items complete when episodes end (or fill up), so a
+  fragment yields zero or more of them.
 - `TurnBasedWriter` (transition items of a turn-based env): a player's transition spans from
   one of its decisions to its next one (or the episode's end), so it is stitched across steps
   and fragments; see the class.
+- `NStepWriter` (n-step transitions): wraps either transition writer and folds each agent's
+  one-step transitions of an episode into n-step ones.
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ class StepRecord:
     """Per agent, what its actor recorded (e.g. `log_probs`)."""
     action_masks: dict[str, np.ndarray] | None = None
     """Per agent, the legal actions at s_t, bool [num_envs, n_actions] (None: no masks)."""
+    recurrent_states: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per agent, the recurrent actor's state it acted from at s_t, [num_envs, width] (an
+    agent without one yet: zeros)."""
 
 
 Getter = Callable[[StepRecord, str], object]
@@ -73,6 +79,7 @@ _SOURCES: dict[str, Getter] = {
     "next_state": lambda r, a: r.step.next_states,
     "action_masks": lambda r, a: _masks(r.action_masks)[a],
     "next_action_masks": lambda r, a: _masks(r.step.next_action_masks)[a],
+    "recurrent_state": lambda r, a: r.recurrent_states.get(a, 0.0),
 }
 """Where each column of DESIGN.md §3 comes from in a step record."""
 
@@ -203,10 +210,12 @@ where the agent acted."""
 
 
 class EpisodeWriter(ItemWriter):
-    """Episode items. Each env copy fills its open item step by step (a time cursor per copy);
-    when the copy's episode ends, or the item is full, the item is closed: copied out, and the
-    open one zeroed for what comes next. `batch()` packs the items closed since the last one.
-    Episodes cut by a restart (`discard_pending`) are dropped whole, never stored half."""
+    """Episode and sequence items. Each env copy fills its open item step by step (a time
+    cursor per copy); when the copy's episode ends, or the item is full, the item is closed:
+    copied out, and the open one zeroed for what comes next, or, for a full sequence whose
+    episode goes on, started with the closed one's last `overlap` steps. `batch()` packs the
+    items closed since the last one. Episodes cut by a restart (`discard_pending`) are dropped
+    whole, never stored half."""
 
     def __init__(
         self,
@@ -217,7 +226,7 @@ class EpisodeWriter(ItemWriter):
         length: int,
     ) -> None:
         super().__init__(spec, agents, agent_ids, num_envs, length)
-        self.limit = spec.length
+        self.limit, self.overlap = spec.length, spec.overlap
         self.open = {
             name: np.zeros(shape, dtype) for name, dtype, shape in spec.batch_specs(num_envs)
         }
@@ -247,19 +256,25 @@ class EpisodeWriter(ItemWriter):
                 for j, agent in enumerate(self.agents):
                     target[rows, t, j] = get(record, agent)
         self.cursor += 1
-        done = record.step.episode_ended | (self.cursor == self.limit)
-        if done.any():
-            self.close(np.flatnonzero(done))
+        ended, full = record.step.episode_ended, self.cursor == self.limit
+        if (ended | full).any():
+            self.close(np.flatnonzero(ended | full), np.flatnonzero(full & ~ended))
 
-    def close(self, copies: np.ndarray) -> None:
-        """Move the open items of `copies` to the closed list and start empty ones."""
+    def close(self, copies: np.ndarray, going_on: np.ndarray) -> None:
+        """Move the open items of `copies` to the closed list and start empty ones; those of
+        `going_on` (full, their episode not over) start with their last `overlap` steps."""
         self.closed.append({name: column[copies].copy() for name, column in self.open.items()})
         steps = int(self.cursor[copies].sum())
         self.filled_steps += steps
         self.padded_steps += len(copies) * self.limit - steps
+        ended, keep = np.setdiff1d(copies, going_on), self.overlap
         for column in self.open.values():
-            column[copies] = 0
-        self.cursor[copies] = 0
+            if keep:
+                column[going_on, :keep] = column[going_on, self.limit - keep :]
+            column[going_on, keep:] = 0
+            column[ended] = 0
+        self.cursor[ended] = 0
+        self.cursor[going_on] = keep
 
     def batch(self) -> Batch:
         """The items closed since the last batch, in the order they closed (maybe none)."""
@@ -357,6 +372,79 @@ class TurnBasedWriter(ItemWriter):
         self.waiting[j, rows] = False
 
 
+class NStepWriter:
+    """n-step transitions made of the one-step ones an inner writer completes: each agent's
+    transitions of one episode are consecutive (same `agent_id` and `episode_id`, in order),
+    so transition i folds in those up to i + n - 1, or to the one that ends the episode:
+    reward sum_k gamma^k r_{i+k}, the `next_observations`, done flags and next masks of the
+    last one, `discounts` gamma^m for the m steps folded. A transition whose window is still
+    open when a fragment ends waits (with the rows it needs) for the next fragment; an episode
+    cut by a restart drops what waits. Turn-based transitions fold turn by turn."""
+
+    def __init__(self, spec: ItemSpec, inner: ItemWriter) -> None:
+        self.spec, self.inner = spec, inner
+        self.n, self.gamma = spec.n_step, spec.gamma
+        self.agents, self.length = inner.agents, inner.length
+        self.waiting: Batch | None = None
+        """The one-step rows whose window is still open (the last ones of their episodes)."""
+
+    def add(self, record: StepRecord) -> None:
+        self.inner.add(record)
+
+    def advance(self) -> bool:
+        return self.inner.advance()
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def discard_pending(self) -> None:
+        self.inner.discard_pending()
+        self.waiting = None
+
+    def batch(self) -> Batch:
+        rows = self.inner.batch()
+        if self.waiting is not None:
+            rows = {k: np.concatenate([self.waiting[k], rows[k]]) for k in rows}
+        folded, self.waiting = fold_n_step(rows, self.n, self.gamma)
+        return pack(folded)
+
+
+_FROM_LAST = ("next_observations", "terminations", "truncations", "next_action_masks")
+"""The columns an n-step transition takes from the last one-step transition it folds in."""
+
+
+def fold_n_step(rows: Batch, n: int, gamma: float) -> tuple[Batch, Batch | None]:
+    """(the n-step transitions complete in `rows`, the rows still needed later or None)."""
+    order = np.lexsort((rows["step"], rows["episode_id"], rows["agent_id"]))
+    rows = {k: v[order] for k, v in rows.items()}
+    count = len(order)
+    run = np.stack([rows["agent_id"].astype(np.int64), rows["episode_id"]], axis=1)
+    ends = rows["terminations"] | rows["truncations"]
+    index = np.arange(count)
+    last = index.copy()
+    reward = rows["rewards"].astype(np.float64)
+    extending = np.ones(count, bool)
+    for k in range(1, n):
+        later = np.minimum(index + k, max(count - 1, 0))
+        same_run = (index + k < count) & (run[later] == run).all(axis=1)
+        extending &= same_run & ~ends[last]
+        reward[extending] += gamma**k * rows["rewards"][later[extending]]
+        last[extending] = later[extending]
+    folded = last - index + 1
+    complete = (folded == n) | ends[last]
+    out = {k: v[complete] for k, v in rows.items()}
+    for name in _FROM_LAST:
+        if name in rows:
+            out[name] = rows[name][last[complete]]
+    out["rewards"] = reward[complete].astype(rows["rewards"].dtype)
+    out["discounts"] = (gamma ** folded[complete]).astype(np.float32)
+    if complete.all():
+        return out, None
+    # a run's open rows are its last ones (a later row's window is shorter still), and they
+    # are all that an open window needs
+    return out, {k: v[~complete] for k, v in rows.items()}
+
+
 def _rows_of(value: object, rows: np.ndarray) -> object:
     """The copies' rows of a per-copy array; a per-step scalar (a version, a flag) as is."""
     return value[rows] if isinstance(value, np.ndarray) and value.ndim else value
@@ -371,13 +459,16 @@ def make_writer(
     turn_based: bool = False,
 ) -> ItemWriter:
     """The writer of a group's item kind; transitions of a turn-based env are stitched from
-    each agent's turn to its next."""
+    each agent's turn to its next; n-step transitions fold the one-step ones."""
+    if spec.n_step > 1:
+        inner = make_writer(spec.one_step(), agents, agent_ids, num_envs, length, turn_based)
+        return NStepWriter(spec, inner)  # type: ignore[return-value]
     if spec.kind == "transition" and turn_based:
         return TurnBasedWriter(spec, agents, agent_ids, num_envs, length)
     if spec.kind == "transition":
         return TransitionWriter(spec, agents, agent_ids, num_envs, length)
     if spec.kind == "fragment":
         return FragmentWriter(spec, agents, agent_ids, num_envs, length)
-    if spec.kind == "episode":
+    if spec.kind in ("episode", "sequence"):
         return EpisodeWriter(spec, agents, agent_ids, num_envs, length)
     raise ValueError(f"collectors cannot write {spec.kind} items yet")

@@ -131,6 +131,8 @@ def check_items(cfg: JobConfig, spec: EnvSpec) -> None:
             f"{cfg.env.id} is turn-based (one player acts per step)",
             "use learner.algo=dqn or ppo on turn-based games, or a simultaneous-move env",
         )
+    if decl.items == "sequence":
+        check_sequences(cfg)
     for group in spec.training_groups():
         group_spec = spec.group_spec(group, "s")
         if len(group_spec.agents) == 1 or decl.items == "transition":
@@ -154,6 +156,30 @@ def check_items(cfg: JobConfig, spec: EnvSpec) -> None:
             "((learner.ppo.max_policy_lag + 1) x learner.ppo.batch_fragments)",
             f"raise learner.ppo.batch_fragments to at least {per_task}, or lower "
             "collector.fragments_per_task",
+        )
+
+
+def check_sequences(cfg: JobConfig) -> None:
+    """A sequence must train at least one step past its burn-in, and consecutive sequences
+    must overlap by at least the burn-in, or the steps between would never carry loss."""
+    r = cfg.replay
+    if r.burn_in >= r.sequence_length:
+        raise ConfigError(
+            f"replay.burn_in ({r.burn_in}) leaves nothing to train in sequences of "
+            f"replay.sequence_length {r.sequence_length}",
+            "lower replay.burn_in below replay.sequence_length",
+        )
+    if r.sequence_overlap >= r.sequence_length:
+        raise ConfigError(
+            f"replay.sequence_overlap ({r.sequence_overlap}) must be shorter than "
+            f"replay.sequence_length ({r.sequence_length}): each sequence must move on",
+            "lower replay.sequence_overlap (R2D2 uses half the sequence)",
+        )
+    if r.burn_in > r.sequence_overlap:
+        raise ConfigError(
+            f"replay.burn_in ({r.burn_in}) exceeds replay.sequence_overlap "
+            f"({r.sequence_overlap}): the steps between two sequences would never be trained",
+            f"set replay.sequence_overlap to at least {r.burn_in}",
         )
 
 
@@ -349,7 +375,8 @@ def build_collector(
         score = functools.partial(score_actors, load_game(cfg.env.id, dict(cfg.env.kwargs)))
     replay_log = replay_log_for(cfg, spec, name)
     log_writers = None
-    if replay_log is not None and any(w.spec.kind != "transition" for w in writers.values()):
+    one_step = all(w.spec.kind == "transition" and w.spec.n_step == 1 for w in writers.values())
+    if replay_log is not None and not one_step:
         log_writers = transition_log_writers(cfg, spec, env.num_envs)
     return Collector(
         name,
@@ -373,7 +400,7 @@ def build_collector(
 
 def transition_log_writers(cfg: JobConfig, spec: EnvSpec, num_envs: int) -> dict[str, ItemWriter]:
     """One transition writer per agent, for the replay log of a job whose items are not
-    transitions: logs always hold per-agent transition rows (docs/replay-format.md)."""
+    one-step transitions: logs always hold per-agent one-step rows (docs/replay-format.md)."""
     from ..algos.dqn import transition_item
 
     writers = {}

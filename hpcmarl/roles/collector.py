@@ -213,6 +213,7 @@ class Collector(Role):
         """One step of every env copy; a full fragment moves to the outbox."""
         assert self.task is not None
         state = self.env.states
+        recurrent = dict(self.memory.states)  # what each agent acts from (store swaps arrays)
         actions, extras = act_all(
             self.actors,
             self.bindings,
@@ -238,6 +239,7 @@ class Collector(Role):
             state=state,
             extras=extras,
             action_masks=self.masks,
+            recurrent_states=recurrent,
         )
         for writer in self.all_writers:
             writer.add(record)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from hpcmarl.algos.contract import GroupSpec
 from hpcmarl.config.schema import JobConfig
+from hpcmarl.items.spec import ItemSpec
 
 
 def group_of(
@@ -34,7 +37,7 @@ def job_with(**settings: Any) -> JobConfig:
     for name, value in settings.items():
         section, _, key = name.rpartition("__")
         owner: Any = job.learner
-        if section in ("dqn", "ppo", "qmix"):
+        if section in ("dqn", "ppo", "qmix", "r2d2"):
             owner = getattr(job.learner, section)
         elif section:
             owner = getattr(job, section)
@@ -42,3 +45,20 @@ def job_with(**settings: Any) -> JobConfig:
             raise AttributeError(f"no key {name}")
         setattr(owner, key, value)
     return job
+
+
+def random_items(
+    spec: ItemSpec, items: int, n_actions: int, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """A batch of `items` items of `spec` for tests of updates: normal floats, actions below
+    `n_actions`, flags all set except `terminations` (every step real, no episode ending)."""
+    rng = np.random.default_rng(seed)
+    batch = {}
+    for name, dtype, shape in spec.batch_specs(items):
+        if np.dtype(dtype) == np.bool_:
+            batch[name] = np.full(shape, name != "terminations")
+        elif name == "actions":
+            batch[name] = rng.integers(0, n_actions, shape)
+        else:
+            batch[name] = rng.standard_normal(shape).astype(dtype)
+    return batch

@@ -151,13 +151,19 @@ def test_refusals_name_the_cause_and_the_fix(logs: Path, tmp_path: Path) -> None
     assert "fix:" in refusal(broken)
 
 
-def test_behaviour_cloning_needs_a_dataset_and_ppo_refuses_one(tmp_path: Path) -> None:
+def test_behaviour_cloning_needs_a_dataset_and_others_refuse_one(tmp_path: Path) -> None:
     cfg = load_job(None, ["learner.algo=bc"])
     with pytest.raises(ConfigError, match="bc imitates a dataset.*fix: set offline.dataset"):
         check_job(cfg, {"shared": ["shared"]})
     ppo = load_job(None, ["learner.algo=mappo", f"offline.dataset={tmp_path}"])
     with pytest.raises(ConfigError, match="learns on-policy.*fix: use learner.algo=dqn or bc"):
         check_job(ppo, {"shared": ["shared"]})
+    qmix = load_job(None, ["learner.algo=qmix", f"offline.dataset={tmp_path}"])
+    with pytest.raises(ConfigError, match="episodes of a team.*fix: use learner.algo=dqn or bc"):
+        check_job(qmix, {"shared": ["shared"]})
+    n_step = load_job(None, ["learner.dqn.n_step=3", f"offline.dataset={tmp_path}"])
+    with pytest.raises(ConfigError, match="one-step transitions.*fix: drop learner.dqn.n_step"):
+        check_job(n_step, {"shared": ["shared"]})
 
 
 def test_behaviour_cloning_learns_the_datasets_actions() -> None:

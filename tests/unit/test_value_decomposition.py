@@ -18,7 +18,7 @@ from hpcmarl.algos.value_decomposition import (
 )
 from hpcmarl.items.writers import EpisodeWriter, make_writer
 from hpcmarl.roles.acting import Memory, act_all
-from hpcmarl.testing.groups import group_of, job_with
+from hpcmarl.testing.groups import group_of, job_with, random_items
 
 from .test_items import records
 
@@ -122,18 +122,10 @@ def test_lambda_returns_match_a_hand_computation() -> None:
 
 
 def random_episodes(algo: ValueDecomposition, n: int, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    spec = algo.item_spec(algo.group, algo.job)
-    batch = {}
-    for name, dtype, shape in spec.batch_specs(n):
-        if np.dtype(dtype) == np.bool_:
-            batch[name] = np.zeros(shape, bool)
-        elif name == "actions":
-            batch[name] = rng.integers(0, 4, shape)
-        else:
-            batch[name] = rng.standard_normal(shape).astype(dtype)
-    batch["filled"][:, :5] = True  # 5 real steps of the 6
-    batch["active"][:, :5] = True
+    """Episodes of 5 real steps of 6, terminated at the fifth."""
+    batch = random_items(algo.item_spec(algo.group, algo.job), n, n_actions=4, seed=seed)
+    batch["filled"][:, 5:] = False
+    batch["active"][:, 5:] = False
     batch["terminations"][:, 4] = True
     return batch
 
