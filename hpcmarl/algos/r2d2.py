@@ -53,6 +53,7 @@ def sequence_item(group: GroupSpec, job: Any) -> ItemSpec:
         Column("rewards", "<f4"),
         Column("next_observations", "<f4", (obs_dim,)),
         Column("terminations", "|b1"),
+        Column("truncations", "|b1"),
         Column("active", "|b1"),
         Column("recurrent_state", "<f4", (hidden,)),
         Column("filled", "|b1", per="group"),

@@ -48,6 +48,7 @@ def episode_item(group: GroupSpec, job: Any) -> ItemSpec:
         Column("rewards", "<f4"),
         Column("next_observations", "<f4", (obs_dim,)),
         Column("terminations", "|b1"),
+        Column("truncations", "|b1"),
         Column("active", "|b1"),
         Column("filled", "|b1", per="group"),
         Column("episode_id", "<i8", per="group"),

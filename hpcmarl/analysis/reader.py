@@ -24,9 +24,11 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ..items.spec import ItemSpec
 from ..replay.columns import BOOKKEEPING_COLUMNS
 from ..storage.checkpoint import latest_checkpoint
 from ..storage.hdf5 import (
+    ATTR_JSON,
     DAMAGED_FIX,
     FOREIGN_FIX,
     StorageError,
@@ -82,6 +84,66 @@ class Table:
         except (OSError, RuntimeError, ValueError) as err:
             raise damaged(self.file, err) from err
         return out
+
+
+class JointTable(Table):
+    """A checkpoint table of joint items (a team's episodes or sequences, `[T, agents, ...]`)
+    read as the per-agent transition rows it holds: one per agent and real step (`filled` and
+    `active`), `agent_id` the agent's place in the group. A sequence that starts mid-episode
+    begins with the previous sequence's last `overlap` steps; those rows are left to it, so
+    each step is read once. Row ranges are in those rows, as for any table."""
+
+    def __init__(
+        self,
+        file: Path,
+        group: str,
+        policy: str,
+        datasets: dict[str, h5py.Dataset],
+        priorities: h5py.Dataset | None,
+        spec: ItemSpec,
+    ) -> None:
+        self.spec = spec
+        self.per_group = {c.name for c in spec.columns if c.per == "group"}
+        held = self._held(0, len(datasets["filled"]), datasets)
+        counts = held.reshape(len(held), -1).sum(axis=1)
+        self.first = np.concatenate([[0], np.cumsum(counts)])
+        """Row index of each item's first row (and, last, the row count)."""
+        super().__init__(file, group, policy, int(self.first[-1]), datasets, priorities)
+
+    def _held(self, start: int, stop: int, datasets: dict[str, h5py.Dataset]) -> np.ndarray:
+        """bool [items, T, agents]: the rows items [start, stop) hold."""
+        try:
+            filled = datasets["filled"][start:stop]
+            active = datasets["active"][start:stop] if "active" in datasets else None
+            first_step = datasets["step"][start:stop][:, 0]
+        except (OSError, RuntimeError, ValueError) as err:
+            raise damaged(self.file, err) from err
+        held = np.repeat(filled[:, :, None], self.spec.agents, axis=2)
+        if active is not None:
+            held &= active
+        if self.spec.overlap:
+            held[first_step > 0, : self.spec.overlap] = False
+        return held
+
+    def require(self, names: tuple[str, ...]) -> None:
+        super().require(tuple(n for n in names if n != "agent_id"))  # made from the agents axis
+
+    def read(self, names: tuple[str, ...], start: int, stop: int) -> dict[str, np.ndarray]:
+        lo = int(np.searchsorted(self.first, start, side="right")) - 1
+        hi = int(np.searchsorted(self.first, stop, side="left"))
+        items = super().read(tuple(n for n in names if n != "agent_id"), lo, hi)
+        held = self._held(lo, hi, self.datasets)
+        out: dict[str, np.ndarray] = {}
+        for name, column in items.items():
+            if name == "priorities":  # one per item
+                column = np.broadcast_to(column[:, None, None], held.shape)
+            elif name in self.per_group:
+                column = np.broadcast_to(column[:, :, None], (*held.shape, *column.shape[2:]))
+            out[name] = column[held]
+        if "agent_id" in names:
+            out["agent_id"] = np.broadcast_to(np.arange(held.shape[2]), held.shape)[held]
+        skip = start - int(self.first[lo])
+        return {k: v[skip : skip + stop - start] for k, v in out.items()}
 
 
 @dataclass
@@ -248,21 +310,29 @@ def _log_source(file: Path, f: h5py.File) -> Source:
 
 def _checkpoint_source(folder: Path, opened: list[tuple[Path, h5py.File]]) -> Source:
     """Checkpoint tables do not name their agents: they are shown by index (`#0`), and the
-    agent count is the number of distinct `agent_id` values held. On-policy queues hold
+    agent count is the number of distinct `agent_id` values held (a team's episodes and
+    sequences: the agent's place in the team). On-policy queues hold
     fragments ([T, agents, ...] items), not transition rows: they are left out (replay logs
     hold the same steps as rows)."""
-    tables = []
+    tables: list[Table] = []
     queues = 0
     for file, f in opened:
+        specs = _item_specs(f, file)
         group = _member(f, "tables", file, "tree")
         for policy in group:
             sub = _member(group, policy, file, "tree")
             if "queue_counters" in sub:
                 queues += 1
                 continue
+            if "column" not in sub:
+                continue  # a table that never received an item holds no columns
             datasets, rows = _columns(_member(sub, "column", file, "tree"), file)
             priorities = _member(sub, "priorities", file, None) if "priorities" in sub else None
-            tables.append(Table(file, sub.name, policy, rows, datasets, priorities))
+            spec = specs.get(policy)
+            if spec is not None and spec.joint:
+                tables.append(JointTable(file, sub.name, policy, datasets, priorities, spec))
+            else:
+                tables.append(Table(file, sub.name, policy, rows, datasets, priorities))
     if queues and not tables:
         raise StorageError(
             f"{opened[0][0]} holds only on-policy fragment queues, no transition tables",
@@ -277,6 +347,18 @@ def _checkpoint_source(folder: Path, opened: list[tuple[Path, h5py.File]]) -> So
     files = [file for file, _ in opened]
     label = str(files[0]) if len(files) == 1 else f"{folder}/replay*.h5"
     return Source(label, "checkpoint", files, tables, agents, policy_of, team=len(ids))
+
+
+def _item_specs(f: h5py.File, file: Path) -> dict[str, ItemSpec]:
+    """The shard's item spec of each table (saved since episodes and sequences; older files
+    hold transitions only)."""
+    if "items" not in f:
+        return {}
+    try:
+        texts = json.loads(plain(f["items"].attrs[ATTR_JSON]))
+        return {group: ItemSpec.from_json(text) for group, text in texts.items()}
+    except (KeyError, TypeError, ValueError):
+        raise StorageError(f"{file}: its item specs are not readable JSON", FOREIGN_FIX) from None
 
 
 def _agent_ids(tables: list[Table], chunk_rows: int = 1 << 16) -> np.ndarray:

@@ -246,15 +246,17 @@ def build_replay_shard(
             for policy, batch in load_share(cfg.offline.dataset, spec, index, len(shards)):
                 yield group_of[policy], batch
 
+    items = item_specs(cfg, spec)
     return ReplayShard(
         name,
         transport,
         cfg.replay,
-        {g: items.replay for g, items in item_specs(cfg, spec).items()},
+        {g: item.replay for g, item in items.items()},
         [] if cfg.offline.dataset else topology.names("collector"),
         role_seed(cfg, topology, name),
         deterministic=cfg.commander.deterministic,
         dataset=dataset,
+        items={g: item.to_json() for g, item in items.items()},
     )
 
 

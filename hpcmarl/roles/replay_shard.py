@@ -47,8 +47,12 @@ class ReplayShard(Role):
         seed: int,
         deterministic: bool = False,
         dataset: Callable[[], Iterable[tuple[str, dict[str, np.ndarray]]]] | None = None,
+        items: dict[str, str] | None = None,
     ) -> None:
         super().__init__(name, transport)
+        self.items = items or {}
+        """Group -> its item spec as JSON, saved with the tables so that offline analysis can
+        read joint items (episodes, sequences) as the per-agent rows they hold."""
         self.cfg = cfg
         self.tables: dict[str, ReplayTable | ItemQueue] = {}
         self.limiters: dict[str, SampleToInsertRatio] = {}
@@ -235,6 +239,7 @@ class ReplayShard(Role):
             "pending_inserts": pending,
             "samples_served": self.samples_served,
             "generations": dict(self.generations),
+            "items": dict(self.items),
         }
 
     def load_state(self, tree: dict) -> None:

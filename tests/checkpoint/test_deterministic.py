@@ -47,12 +47,24 @@ QMIX = [
 ]
 """Episodes of the team (12 per round), their recurrent states and the mixer's targets."""
 
+R2D2 = [
+    "jobs/cartpole_novel_r2d2.yaml",
+    *JOB,
+    "env.num_envs=4",
+    "learner.batch_size=8",
+    "learner.updates_per_task=10",
+    "learner.r2d2.target_network_update_freq=7",
+    "replay.learning_starts=12",
+    "commander.stop_value=null",
+]
+"""Prioritized sequences with their stored recurrent states, burn-in and n-step targets."""
+
 
 @pytest.mark.mpi
 @pytest.mark.parametrize(
     ("job", "updates"),
-    [(JOB, 2000), (MAPPO, 24), (QMIX, 60)],
-    ids=["dqn", "mappo", "qmix"],
+    [(JOB, 2000), (MAPPO, 24), (QMIX, 60), (R2D2, 60)],
+    ids=["dqn", "mappo", "qmix", "r2d2"],
 )
 def test_a_resumed_run_equals_an_uninterrupted_one(
     tmp_path: Path, job: list[str], updates: int

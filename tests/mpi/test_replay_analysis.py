@@ -71,3 +71,68 @@ def test_analysis_recomputes_the_reported_episodes_of_an_mpi_run(tmp_path: Path)
     result = run_mpi(5, [*SHORT_RUN, f"runtime.run_dir={tmp_path}"], timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     check_run(tmp_path)
+
+
+TEAM_RUNS = {
+    "qmix-episodes": ["jobs/spread_qmix.yaml", "env.num_envs=2", "learner.batch_size=4"],
+    "r2d2-sequences": [
+        "jobs/cartpole_novel_r2d2.yaml",
+        "env.num_envs=2",
+        "learner.batch_size=4",
+        "replay.sequence_length=8",
+        "replay.burn_in=2",
+        "replay.sequence_overlap=4",
+    ],
+}
+
+
+@pytest.mark.parametrize("job", list(TEAM_RUNS))
+def test_analysis_reads_episode_and_sequence_tables_as_the_steps_they_hold(
+    tmp_path: Path, job: str
+) -> None:
+    """Without replay logs, `analyze` reads the checkpoint's joint items: every episode it
+    finds there is one the run reported, with the same return and length (overlapping
+    sequences read once), and `export` writes an agent's episodes of them."""
+    args = [
+        "-m",
+        "hpcmarl",
+        *TEAM_RUNS[job],
+        "commander.max_env_steps=1500",
+        "commander.stop_value=null",
+        "replay.learning_starts=8",
+        "topology.collectors=1",
+        "topology.replay_shards=2",
+        "replay_log.enabled=false",
+        "checkpoint.interval_s=0",
+        f"runtime.run_dir={tmp_path}",
+    ]
+    result = run_local(args, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    reported = {ids: v for (_, ids), v in reported_episodes(tmp_path).items()}
+    found, summary = analyzed_episodes(tmp_path)
+    found = {ids: v for (_, ids), v in found.items()}
+    assert len(found) > 20 and len(found) >= 0.8 * len(reported)
+    for episode, (ret, length) in found.items():  # rewards are stored as float32
+        assert (pytest.approx(reported[episode][0], rel=1e-5), reported[episode][1]) == (
+            ret,
+            length,
+        )
+    shard = tmp_path / "checkpoints" / "000001" / "replay0.h5"
+    out = tmp_path / "exported"
+    export = run_local(
+        [
+            "-m",
+            "hpcmarl",
+            "export",
+            str(shard),
+            "--format",
+            "minari",
+            "--agent",
+            "0",
+            "--out",
+            str(out),
+        ],
+        120,
+    )
+    assert export.returncode == 0, export.stderr[-3000:]
+    assert json.loads(export.stdout.splitlines()[-1])["episodes"] > 5
