@@ -199,15 +199,22 @@ class PSRO(Schedule):
 
     # -- phase 2: best responses --------------------------------------------------------------
     def train_grants(self, s: Situation) -> list[Grant]:
+        """Collect tasks until the iteration's steps and updates are done; a crew's learner
+        tasks once a collect task of its player has finished this iteration. Before that its
+        tables of the new generation are empty and would stay empty through a checkpoint's
+        quiesce (no new collect tasks), so a learner task waiting for samples there could never
+        finish, and the checkpoint would wait for it until the time limit."""
         grants = []
         if not (self.collected() and self.trained()):
             for collector in s.waiting_collectors[: s.collector_slots]:
                 grants.append(Grant(collector, self.training_task(s)))
         quota = self.cfg.updates_per_iteration
-        for members in self.ctx.crews:
+        for members, groups in self.ctx.crews.items():
             left = quota - self.updates[members]
             if left <= 0 or not set(members) <= s.waiting_learners:
                 continue
+            if not all(self.steps[self.player_index(g)] for g in groups):
+                continue  # no data of this iteration is bound for its tables yet
             n = min(self.ctx.cfg.learner.updates_per_task, left)
             self.updates[members] += n
             grants += self.crew_grants("learner", members, updates=n)

@@ -137,6 +137,25 @@ def test_an_iteration_adds_policies_retargets_trains_and_fills_the_new_entries()
     assert rows[-1][1]["iteration"] == 1 and rows[-1][1]["population"] == [2, 2]
 
 
+def test_a_crew_learns_only_once_data_of_the_iteration_is_bound_for_its_tables() -> None:
+    """A learner task granted before any collect task of its player finished would wait on
+    an empty table; if a checkpoint quiesced the run then (no new collect tasks), it could
+    never finish, and the checkpoint would wait for it until the time limit (Slurm PSRO)."""
+    schedule = PSRO(context())
+    run_phase(schedule, "evaluate")
+    run_phase(schedule, "score")
+    for grant in schedule.grants(situation()):
+        finish(schedule, grant, groups={})
+    first = schedule.grants(situation())
+    assert [g.role for g in first] == list(COLLECTORS)  # both collect; no learner yet
+    player_0 = next(g for g in first if g.task["record"] == ["player_0"])
+    finish(schedule, player_0)
+    assert [g.role for g in schedule.grants(situation(collectors=()))] == ["learner0"]
+    finish(schedule, next(g for g in first if g.task["record"] == ["player_1"]))
+    busy_learner0 = situation(collectors=(), learners=("learner1",))
+    assert [g.role for g in schedule.grants(busy_learner0)] == ["learner1"]
+
+
 def run_iteration(schedule: PSRO) -> None:
     """From between iterations to the end of the next one."""
     assert schedule.phase == "between"
