@@ -38,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[2]
 QUICK = ["commander.stop_value=null", "commander.max_env_steps=200", "topology.collectors=1"]
 """A job that ends at once should a case ever not be refused."""
 OFFLINE = ["commander.max_updates=10"]
+R2D2 = ["learner.algo=r2d2", "env.id=hpcmarl.envs.partial:CartPoleNoVelocity-v1"]
+KUHN_QMIX = ["learner.algo=qmix", "env.kind=openspiel", "env.id=kuhn_poker"]
 
 
 def write_h5(path: Path) -> None:
@@ -72,6 +74,9 @@ CASES = [
     ("run dir is a file", None, ["runtime.run_dir=afile"], "cannot be created", "a file"),
     ("tables too large", None, ["replay.table_capacity=1e12"], "replay tables", None),
     ("networks too large", None, ["learner.hidden_sizes=[300000,300000]"], "networks", None),
+    ("burn-in past the overlap", None, R2D2 + ["replay.burn_in=30"], "never be trained", None),
+    ("qmix on a turn-based game", None, KUHN_QMIX, "is turn-based", None),
+    ("qmix offline", None, ["learner.algo=qmix", "offline.dataset=x.h5"], "episodes of", None),
 ]
 
 
