@@ -71,14 +71,15 @@ def test_ppo_beats_random_play_on_simple_spread(tmp_path: Path, job: str, ranks:
 
 
 VALUE_DECOMPOSITION_BUDGET = [
-    "commander.max_env_steps=60000",
+    "commander.max_env_steps=80000",
     "commander.eval_interval_s=6",
     "checkpoint.interval_s=0",
 ]
 VALUE_DECOMPOSITION_FLOOR = -70.0
-"""12 above random, 3 standard errors of a 32-episode mean: the best of a CI run's six to eight
-evaluations. Random play's best of eight stays near -77; these runs reach -60 to -68 by 60k
-env steps (their learning is slower at first than MAPPO's: epsilon decays over 50k steps)."""
+"""12 above random, 3 standard errors of a 32-episode mean: the best of a CI run's eight to ten
+evaluations. Random play's best of ten stays near -76; these runs reach -60 to -68 by 60k env
+steps and go on improving slowly (their learning starts later than MAPPO's: epsilon decays
+over 50k steps), so 80k leaves a margin."""
 
 
 @pytest.mark.mpi
