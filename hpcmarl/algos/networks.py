@@ -148,8 +148,8 @@ class RecurrentQNet(nn.Module):
     def step(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One step: Q-values [B, out] of inputs `x` [B, in] in states `h` [B, hidden]."""
         z = torch.relu(self.fc1(x))
-        r = self.rnn
-        h = torch.gru_cell(z, h, r.weight_ih_l0, r.weight_hh_l0, r.bias_ih_l0, r.bias_hh_l0)
+        w_ih, w_hh, b_ih, b_hh = self.rnn.all_weights[0]  # the one layer's, in nn.GRU's order
+        h = torch.gru_cell(z, h, w_ih, w_hh, b_ih, b_hh)
         return self.fc2(h), h
 
 

@@ -240,7 +240,7 @@ class EpisodeWriter(ItemWriter):
         """Steps stored and padding slots, over the closed items: what padding costs."""
 
     def allocate(self) -> PackedBatch:
-        return {}
+        return PackedBatch()  # items are built in `open` and packed at `batch()`
 
     def add(self, record: StepRecord) -> None:
         rows, t = self.rows, self.cursor
