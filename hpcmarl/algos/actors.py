@@ -37,35 +37,56 @@ def linear_epsilon(env_steps: int, start: float, end: float, decay_steps: float)
     return start + (end - start) * frac
 
 
-class NetworkActor:
-    """An MLP laid out as the spec says, loaded from flat vectors, without gradients."""
+class FrozenActor:
+    """A network laid out as the spec says (`build`), loaded from flat vectors, without
+    gradients; a spec whose parameters differ from the network's is refused."""
 
     def __init__(self, spec: PolicySpec) -> None:
         self.spec = spec
         self.n_actions = spec.n_actions
         with torch.random.fork_rng(devices=[]):  # its weights come from the server anyway
-            self.net = mlp(spec.in_dim, spec.hidden_sizes, spec.n_actions, spec.activation)
+            self.net = self.build(spec)
         self.net.requires_grad_(False)
         held = tuple(param_spec(self.net))
         if held != spec.params:
             raise ValueError(f"policy {spec.key}: the spec lists {spec.params}, the actor {held}")
-        self._layers = [(m.weight, m.bias) for m in self.net if isinstance(m, torch.nn.Linear)]
-        self._activation = _ACTIVATIONS[spec.activation]
         self.agent_ids = spec.agent_ids
         """Width of the one-hot agent index the network takes (0: none)."""
 
+    def build(self, spec: PolicySpec) -> torch.nn.Module:
+        raise NotImplementedError
+
     def set_weights(self, flat: np.ndarray) -> None:
-        """Load weights pulled from the parameter server (in place: `_layers` stays valid)."""
+        """Load weights pulled from the parameter server (in place: views of them stay valid)."""
         set_flat(self.net, flat)
 
-    def scores(self, obs: np.ndarray, agent_index: np.ndarray | None = None) -> torch.Tensor:
-        """The network's outputs (Q-values or logits) for a batch [B, obs_dim]."""
+    def inputs(self, obs: np.ndarray, agent_index: np.ndarray | None) -> torch.Tensor:
+        """The network's input for a batch [B, obs_dim]: with the one-hot agent index
+        appended for a spec with `agent_ids`."""
         if self.agent_ids:
             if agent_index is None:
                 raise ValueError(f"policy {self.spec.key} needs each row's agent index")
             obs = with_agent_ids(obs, agent_index, self.agent_ids)
+        return torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32))
+
+
+class NetworkActor(FrozenActor):
+    """An MLP, its forward pass on the layers' own tensors."""
+
+    net: torch.nn.Sequential
+
+    def __init__(self, spec: PolicySpec) -> None:
+        super().__init__(spec)
+        self._layers = [(m.weight, m.bias) for m in self.net if isinstance(m, torch.nn.Linear)]
+        self._activation = _ACTIVATIONS[spec.activation]
+
+    def build(self, spec: PolicySpec) -> torch.nn.Module:
+        return mlp(spec.in_dim, spec.hidden_sizes, spec.n_actions, spec.activation)
+
+    def scores(self, obs: np.ndarray, agent_index: np.ndarray | None = None) -> torch.Tensor:
+        """The network's outputs (Q-values or logits) for a batch [B, obs_dim]."""
         with torch.inference_mode():
-            h = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32))
+            h = self.inputs(obs, agent_index)
             for weight, bias in self._layers[:-1]:
                 h = self._activation(F.linear(h, weight, bias))
             return F.linear(h, *self._layers[-1])
@@ -94,15 +115,11 @@ class EpsilonGreedyActor(NetworkActor):
         epsilon = 0.0 if greedy else linear_epsilon(env_steps, *self.schedule)
         if epsilon <= 0:
             return ActResult(self.greedy(obs, action_mask, agent_index))
-        exploring = rng.random(size) < epsilon
-        n_explore = int(np.count_nonzero(exploring))
-        if n_explore == size:  # the forward pass is skipped when every row explores
+        exploring = np.asarray(rng.random(size) < epsilon)
+        if exploring.all():  # the forward pass is skipped when every row explores
             return ActResult(random_actions(rng, size, self.n_actions, action_mask))
         actions = self.greedy(obs, action_mask, agent_index)
-        if n_explore:
-            mask = None if action_mask is None else action_mask[exploring]
-            actions[exploring] = random_actions(rng, n_explore, self.n_actions, mask)
-        return ActResult(actions)
+        return ActResult(explore(actions, exploring, rng, self.n_actions, action_mask))
 
     def greedy(
         self,
@@ -144,22 +161,18 @@ class CategoricalActor(NetworkActor):
         return ActResult(actions.astype(np.int64), {"log_probs": taken})
 
 
-class RecurrentEpsilonGreedyActor:
+class RecurrentEpsilonGreedyActor(FrozenActor):
     """Epsilon-greedy over a recurrent Q-network: every row advances its recurrent state, also
     the rows that explore, so the state always summarises what the agent has seen."""
 
+    net: RecurrentQNet
+
     def __init__(self, spec: PolicySpec) -> None:
-        self.spec, self.n_actions, self.agent_ids = spec, spec.n_actions, spec.agent_ids
-        with torch.random.fork_rng(devices=[]):
-            self.net = RecurrentQNet(spec.in_dim, spec.recurrent, spec.n_actions)
-        self.net.requires_grad_(False)
-        held = tuple(param_spec(self.net))
-        if held != spec.params:
-            raise ValueError(f"policy {spec.key}: the spec lists {spec.params}, the actor {held}")
+        super().__init__(spec)
         self.schedule = _eps(spec.exploration())
 
-    def set_weights(self, flat: np.ndarray) -> None:
-        set_flat(self.net, flat)
+    def build(self, spec: PolicySpec) -> torch.nn.Module:
+        return RecurrentQNet(spec.in_dim, spec.recurrent, spec.n_actions)
 
     def act(
         self,
@@ -172,25 +185,33 @@ class RecurrentEpsilonGreedyActor:
         recurrent_state: np.ndarray | None = None,
         agent_index: np.ndarray | None = None,
     ) -> ActResult:
-        if self.agent_ids:
-            if agent_index is None:
-                raise ValueError(f"policy {self.spec.key} needs each row's agent index")
-            obs = with_agent_ids(obs, agent_index, self.agent_ids)
         size = obs.shape[0]
         if recurrent_state is None:
             recurrent_state = np.zeros((size, self.spec.recurrent), np.float32)
         with torch.inference_mode():
-            x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32))
+            x = self.inputs(obs, agent_index)
             q, h = self.net.step(x, torch.from_numpy(recurrent_state))
             actions = masked(q, _tensor(action_mask)).argmax(dim=1).numpy()
         epsilon = 0.0 if greedy else linear_epsilon(env_steps, *self.schedule)
         if epsilon > 0:
-            exploring = rng.random(size) < epsilon
-            n_explore = int(np.count_nonzero(exploring))
-            if n_explore:
-                mask = None if action_mask is None else action_mask[exploring]
-                actions[exploring] = random_actions(rng, n_explore, self.n_actions, mask)
+            exploring = np.asarray(rng.random(size) < epsilon)
+            actions = explore(actions, exploring, rng, self.n_actions, action_mask)
         return ActResult(actions, recurrent_state=h.numpy())
+
+
+def explore(
+    actions: np.ndarray,
+    exploring: np.ndarray,
+    rng: np.random.Generator,
+    n_actions: int,
+    action_mask: np.ndarray | None,
+) -> np.ndarray:
+    """`actions` with the `exploring` rows' replaced by uniformly random legal ones."""
+    n_explore = int(np.count_nonzero(exploring))
+    if n_explore:
+        mask = None if action_mask is None else action_mask[exploring]
+        actions[exploring] = random_actions(rng, n_explore, n_actions, mask)
+    return actions
 
 
 def with_agent_ids(obs: np.ndarray, agent_index: np.ndarray, width: int) -> np.ndarray:
@@ -228,7 +249,7 @@ def _eps(explore: dict[str, float]) -> tuple[float, float, float]:
     return explore.get("eps_start", 0.0), explore.get("eps_end", 0.0), explore.get("eps_decay", 1)
 
 
-ACTOR_KINDS: dict[str, type] = {
+ACTOR_KINDS: dict[str, type[FrozenActor]] = {
     "epsilon_greedy": EpsilonGreedyActor,
     "categorical": CategoricalActor,
     "recurrent_epsilon_greedy": RecurrentEpsilonGreedyActor,

@@ -35,7 +35,8 @@ class PolicySpec:
     key: str
     """`{strategy_spec_id}/{policy_id}`."""
     actor: str
-    """Actor kind (`algos.actors.ACTOR_KINDS`): `epsilon_greedy` or `categorical`."""
+    """Actor kind (`algos.actors.ACTOR_KINDS`): `epsilon_greedy`, `categorical` or
+    `recurrent_epsilon_greedy`."""
     obs_dim: int
     n_actions: int
     hidden_sizes: tuple[int, ...]
