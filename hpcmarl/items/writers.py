@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -184,14 +185,20 @@ class FragmentWriter(ItemWriter):
         return allocate_packed(self.spec.batch_specs(self.num_envs))
 
     def add(self, record: StepRecord) -> None:
-        t = self.t
+        self.write_step(self.columns, record, (slice(None), self.t))
+
+    def write_step(
+        self, columns: dict[str, np.ndarray], record: StepRecord, at: tuple[Any, Any]
+    ) -> None:
+        """Every column's value of this step into `columns` at `at` = (env copies, time
+        slots) of their `[copies, T, (agents,) ...]` arrays."""
         for column in self.spec.columns:
-            get, target = self.getters[column.name], self.columns[column.name]
+            get, target = self.getters[column.name], columns[column.name]
             if column.per == "group":
-                target[:, t] = get(record, self.agents[0])
+                target[at] = get(record, self.agents[0])
             else:
                 for j, agent in enumerate(self.agents):
-                    target[:, t, j] = get(record, agent)
+                    target[(*at, j)] = get(record, agent)
 
     def batch(self) -> Batch:
         return self.columns
@@ -209,7 +216,7 @@ end of its episode). `rewards` is summed over the steps between; every other col
 where the agent acted."""
 
 
-class EpisodeWriter(ItemWriter):
+class EpisodeWriter(FragmentWriter):
     """Episode and sequence items. Each env copy fills its open item step by step (a time
     cursor per copy); when the copy's episode ends, or the item is full, the item is closed:
     copied out, and the open one zeroed for what comes next, or, for a full sequence whose
@@ -243,18 +250,7 @@ class EpisodeWriter(ItemWriter):
         return PackedBatch()  # items are built in `open` and packed at `batch()`
 
     def add(self, record: StepRecord) -> None:
-        rows, t = self.rows, self.cursor
-        for column in self.spec.columns:
-            target = self.open[column.name]
-            if column.name == "filled":
-                target[rows, t] = True
-                continue
-            get = self.getters[column.name]
-            if column.per == "group":
-                target[rows, t] = get(record, self.agents[0])
-            else:
-                for j, agent in enumerate(self.agents):
-                    target[rows, t, j] = get(record, agent)
+        self.write_step(self.open, record, (self.rows, self.cursor))
         self.cursor += 1
         ended, full = record.step.episode_ended, self.cursor == self.limit
         if (ended | full).any():
