@@ -32,11 +32,12 @@ from torch import nn
 
 from hpcmarl.algos.base import NetworkAlgorithm
 from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec
-from hpcmarl.algos.masking import masked_argmax
 from hpcmarl.algos.networks import RecurrentQNet
 from hpcmarl.algos.value_decomposition import (
+    next_values,
     recurrent_q_spec,
     sequence_inputs,
+    team_columns,
     tensors_of,
     unroll,
 )
@@ -45,31 +46,12 @@ from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec
 
 def sequence_item(group: GroupSpec, job: Any) -> ItemSpec:
     """Sequences of the group's agents with the actor's recurrent state at every step."""
-    obs_dim, n_actions = group.dims(group.policies[0])
     hidden = job.learner.r2d2.rnn_hidden
-    columns = [
-        Column("observations", "<f4", (obs_dim,)),
-        Column("actions", "<i8"),
-        Column("rewards", "<f4"),
-        Column("next_observations", "<f4", (obs_dim,)),
-        Column("terminations", "|b1"),
-        Column("truncations", "|b1"),
-        Column("active", "|b1"),
-        Column("recurrent_state", "<f4", (hidden,)),
-        Column("filled", "|b1", per="group"),
-        Column("episode_id", "<i8", per="group"),
-        Column("step", "<i4", per="group"),
-        Column("policy_version", "<i8", per="group"),
-    ]
-    if group.action_masks:
-        columns += [
-            Column("action_masks", "|b1", (n_actions,)),
-            Column("next_action_masks", "|b1", (n_actions,)),
-        ]
+    columns = team_columns(group, [Column("recurrent_state", "<f4", (hidden,))])
     replay = job.replay
     return ItemSpec(
         "sequence",
-        tuple(columns),
+        columns,
         len(group.agents),
         replay.sequence_length,
         ReplaySpec("prioritized" if replay.prioritized else "uniform"),
@@ -186,10 +168,7 @@ class R2D2(NetworkAlgorithm):
         mask = t.get("next_action_masks")
         mask = None if mask is None else mask[:, burn:]
         chooser = q_online[:, 1:] if self.r.double_q else q_target[:, 1:]
-        shape = chooser.shape
-        flat_mask = None if mask is None else mask.reshape(-1, shape[-1])
-        best = masked_argmax(chooser.reshape(-1, shape[-1]), flat_mask)
-        value = q_target[:, 1:].reshape(-1, shape[-1]).gather(1, best).view(shape[:-1])
+        value = next_values(chooser, q_target[:, 1:], mask)
         if self.r.value_rescaling:
             value = unrescale(value)
         # value[:, j] is V(s_{t+1}) of step t = burn + j; fold n rewards on top of it

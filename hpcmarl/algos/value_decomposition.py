@@ -38,9 +38,10 @@ from hpcmarl.algos.networks import RecurrentQNet, recurrent_layout
 from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec
 
 
-def episode_item(group: GroupSpec, job: Any) -> ItemSpec:
-    """A whole episode of the team; the global state only where the mixer reads it."""
-    qmix = job.learner.qmix
+def team_columns(group: GroupSpec, extra: list[Column]) -> tuple[Column, ...]:
+    """A step of every agent of the group, as recurrent Q-learners train on it (episodes,
+    sequences): the transition columns per agent, who was `active`, which steps are `filled`,
+    the algorithm's `extra` columns, and the legal-action masks when the env has them."""
     obs_dim, n_actions = group.dims(group.policies[0])
     columns = [
         Column("observations", "<f4", (obs_dim,)),
@@ -54,21 +55,26 @@ def episode_item(group: GroupSpec, job: Any) -> ItemSpec:
         Column("episode_id", "<i8", per="group"),
         Column("step", "<i4", per="group"),
         Column("policy_version", "<i8", per="group"),
+        *extra,
     ]
-    if qmix.mixer == "qmix":
-        columns += [
-            Column("state", "<f4", (group.state_dim,), per="group"),
-            Column("next_state", "<f4", (group.state_dim,), per="group"),
-        ]
     if group.action_masks:
         columns += [
             Column("action_masks", "|b1", (n_actions,)),
             Column("next_action_masks", "|b1", (n_actions,)),
         ]
+    return tuple(columns)
+
+
+def episode_item(group: GroupSpec, job: Any) -> ItemSpec:
+    """A whole episode of the team; the global state only where the mixer reads it."""
+    qmix = job.learner.qmix
+    state = [
+        Column("state", "<f4", (group.state_dim,), per="group"),
+        Column("next_state", "<f4", (group.state_dim,), per="group"),
+    ]
+    columns = team_columns(group, state if qmix.mixer == "qmix" else [])
     selector = "prioritized" if job.replay.prioritized else "uniform"
-    return ItemSpec(
-        "episode", tuple(columns), len(group.agents), qmix.episode_limit, ReplaySpec(selector)
-    )
+    return ItemSpec("episode", columns, len(group.agents), qmix.episode_limit, ReplaySpec(selector))
 
 
 class VDNMixer(nn.Module):
@@ -166,10 +172,10 @@ class ValueDecomposition(NetworkAlgorithm):
         self, batch: Batch, weights: np.ndarray | None
     ) -> tuple[np.ndarray, dict[str, float], np.ndarray]:
         """The loss gradient, stats, and each episode's mean |TD error| over its steps."""
-        t = self.tensors(batch)
+        t = tensors_of(batch, self.device)
         filled = t["filled"]
-        inputs = self.sequence_inputs(t["observations"], t["next_observations"])
-        q_all = self.agent_values(self.agent, inputs)  # [B, T+1, N, A]
+        inputs = sequence_inputs(t["observations"], t["next_observations"], self.agent_ids)
+        q_all, _ = unroll(self.agent, inputs)  # [B, T+1, N, A], from zero states
         q_taken = q_all[:, :-1].gather(-1, t["actions"][..., None]).squeeze(-1)
         q_taken = q_taken * t["active"]
         q_tot = self.mixer(q_taken, t.get("state"))  # [B, T]
@@ -198,15 +204,9 @@ class ValueDecomposition(NetworkAlgorithm):
     ) -> torch.Tensor:
         """y_t per episode step, [B, T]: one-step or TD(lambda) targets from the target agents
         and mixer at s_{t+1}."""
-        q_next_target = self.agent_values(self.agent_target, inputs)[:, 1:]  # [B, T, N, A]
-        mask = t.get("next_action_masks")
+        q_next_target = unroll(self.agent_target, inputs)[0][:, 1:]  # [B, T, N, A]
         chooser = q_online[:, 1:] if self.q.double_q else q_next_target
-        flat_mask = None if mask is None else mask.reshape(-1, mask.shape[-1])
-        best = masked_argmax(chooser.reshape(-1, chooser.shape[-1]), flat_mask)
-        q_next = q_next_target.reshape(-1, q_next_target.shape[-1]).gather(1, best)
-        q_next = q_next.view(t["actions"].shape)
-        if mask is not None:  # an agent with no legal action at s' adds nothing
-            q_next = torch.where(mask.any(dim=-1), q_next, 0.0)
+        q_next = next_values(chooser, q_next_target, t.get("next_action_masks"))
         q_next = q_next * (1.0 - t["terminations"]) * t["active"]  # a done agent adds nothing
         next_tot = self.mixer_target(q_next, t.get("next_state"))  # [B, T]
         reward = t["rewards"].sum(dim=-1)  # the team reward
@@ -216,16 +216,17 @@ class ValueDecomposition(NetworkAlgorithm):
             return reward + gamma * (1.0 - done) * next_tot
         return lambda_returns(reward, next_tot, done, t["filled"], gamma, self.q.td_lambda)
 
-    def sequence_inputs(self, obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
-        return sequence_inputs(obs, next_obs, self.agent_ids)
 
-    def agent_values(self, net: RecurrentQNet, inputs: torch.Tensor) -> torch.Tensor:
-        """Q-values [B, T+1, N, A] of the agents along their episodes, from zero states."""
-        q, _ = unroll(net, inputs)
-        return q
-
-    def tensors(self, batch: Batch) -> dict[str, torch.Tensor]:
-        return tensors_of(batch, self.device)
+def next_values(
+    chooser: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """`target`'s value [...] of the best legal action by `chooser` ([..., A] both: the online
+    network's for double Q, else the target's own); 0 where no action is legal."""
+    actions = chooser.shape[-1]
+    flat_mask = None if mask is None else mask.reshape(-1, actions)
+    best = masked_argmax(chooser.reshape(-1, actions), flat_mask)
+    value = target.reshape(-1, actions).gather(1, best).view(chooser.shape[:-1])
+    return value if mask is None else torch.where(mask.any(dim=-1), value, 0.0)
 
 
 def recurrent_q_spec(group: GroupSpec, settings: Any, agent_ids: int) -> dict[str, PolicySpec]:

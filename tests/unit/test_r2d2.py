@@ -11,7 +11,7 @@ import torch
 
 from hpcmarl.algos.contract import run_update
 from hpcmarl.algos.r2d2 import R2D2, rescale, unrescale
-from hpcmarl.algos.value_decomposition import sequence_inputs, unroll
+from hpcmarl.algos.value_decomposition import sequence_inputs, tensors_of, unroll
 from hpcmarl.envs import partial
 from hpcmarl.items.writers import EpisodeWriter, make_writer
 from hpcmarl.testing.groups import group_of, job_with, random_items
@@ -90,8 +90,7 @@ def test_n_step_targets_match_a_hand_computation() -> None:
     batch = batch_of(algo, 1)
     batch["filled"][0, 5:] = False  # 5 real steps of 6
     batch["terminations"][0, 4] = True  # the episode terminates at its fifth step
-    t = {k: torch.as_tensor(v) for k, v in batch.items()}
-    t = {k: (v.float() if v.dtype in (torch.bool, torch.float32) else v) for k, v in t.items()}
+    t = tensors_of(batch, algo.device)
     inputs = sequence_inputs(t["observations"], t["next_observations"], 0)
     h0 = t["recurrent_state"][:, 0]
     with torch.no_grad():
@@ -121,10 +120,7 @@ def test_burn_in_warms_the_stored_state_and_carries_no_loss() -> None:
     job = r2d2_job(replay__burn_in=3, replay__sequence_overlap=3)
     algo = R2D2(group_of(3, 2), job, seed=2)
     batch = batch_of(algo, 2)
-    t = {
-        k: torch.as_tensor(v).float() if v.dtype != np.int64 else torch.as_tensor(v)
-        for k, v in batch.items()
-    }
+    t = tensors_of(batch, algo.device)
     inputs = sequence_inputs(t["observations"], t["next_observations"], 0)
     h0 = t["recurrent_state"][:, 0]
     with torch.no_grad():
@@ -152,10 +148,7 @@ def test_priorities_mix_the_largest_and_the_mean_td_error_of_each_sequence() -> 
     algo = R2D2(group_of(3, 2), r2d2_job(r2d2__priority_eta=0.9), seed=3)
     batch = batch_of(algo, 3)
     batch["filled"][1, 4:] = False
-    t = {
-        k: torch.as_tensor(v).float() if v.dtype != np.int64 else torch.as_tensor(v)
-        for k, v in batch.items()
-    }
+    t = tensors_of(batch, algo.device)
     inputs = sequence_inputs(t["observations"], t["next_observations"], 0)
     with torch.no_grad():
         q = algo.unroll_after_burn_in(algo.q, inputs, t["recurrent_state"][:, 0], 0)

@@ -15,6 +15,9 @@ from hpcmarl.algos.value_decomposition import (
     ValueDecomposition,
     VDNMixer,
     lambda_returns,
+    sequence_inputs,
+    tensors_of,
+    unroll,
 )
 from hpcmarl.items.writers import EpisodeWriter, make_writer
 from hpcmarl.roles.acting import Memory, act_all
@@ -139,11 +142,11 @@ def make_team(mixer: str = "qmix", **settings) -> ValueDecomposition:
 def test_one_step_targets_match_a_hand_computation(mixer: str) -> None:
     algo = make_team(mixer, gamma=0.9)
     batch = random_episodes(algo, 2)
-    t = algo.tensors(batch)
-    inputs = algo.sequence_inputs(t["observations"], t["next_observations"])
+    t = tensors_of(batch, algo.device)
+    inputs = sequence_inputs(t["observations"], t["next_observations"], algo.agent_ids)
     with torch.no_grad():
-        online = algo.agent_values(algo.agent, inputs).numpy()
-        target = algo.agent_values(algo.agent_target, inputs).numpy()
+        online = unroll(algo.agent, inputs)[0].numpy()
+        target = unroll(algo.agent_target, inputs)[0].numpy()
         got = algo.targets(t, torch.from_numpy(online), inputs).numpy()
     b, step = 1, 2
     best = online[b, step + 1].argmax(axis=-1)  # double Q: the online agents choose
@@ -166,10 +169,10 @@ def test_the_actor_acting_step_by_step_sees_what_the_learner_unrolls() -> None:
     assert isinstance(actor, RecurrentEpsilonGreedyActor)
     actor.set_weights(algo.publish()[key])
     batch = random_episodes(algo, 1)
-    t = algo.tensors(batch)
-    inputs = algo.sequence_inputs(t["observations"], t["next_observations"])
+    t = tensors_of(batch, algo.device)
+    inputs = sequence_inputs(t["observations"], t["next_observations"], algo.agent_ids)
     with torch.no_grad():
-        unrolled = algo.agent_values(algo.agent, inputs)[0].numpy()  # [T+1, N, A]
+        unrolled = unroll(algo.agent, inputs)[0][0].numpy()  # [T+1, N, A]
     memory = Memory()
     bindings = {a: key for a in algo.group.agents}
     rng = np.random.default_rng(0)
@@ -201,11 +204,11 @@ def test_a_masked_action_is_never_chosen_and_never_a_target() -> None:
     batch = random_episodes(algo, 2)
     batch["next_action_masks"][:] = False
     batch["next_action_masks"][..., 1] = True  # only action 1 is legal at every s'
-    t = algo.tensors(batch)
-    inputs = algo.sequence_inputs(t["observations"], t["next_observations"])
+    t = tensors_of(batch, algo.device)
+    inputs = sequence_inputs(t["observations"], t["next_observations"], algo.agent_ids)
     with torch.no_grad():
-        target = algo.agent_values(algo.agent_target, inputs)[:, 1:]
-        got = algo.targets(t, algo.agent_values(algo.agent, inputs), inputs)
+        target = unroll(algo.agent_target, inputs)[0][:, 1:]
+        got = algo.targets(t, unroll(algo.agent, inputs)[0], inputs)
     alive = 1 - t["terminations"][..., 0]
     expected = t["rewards"].sum(-1) + algo.cfg.gamma * target[..., 1].sum(-1) * alive
     np.testing.assert_allclose(got[:, :4].numpy(), expected[:, :4].numpy(), rtol=1e-5)
