@@ -102,20 +102,20 @@ class JointTable(Table):
         priorities: h5py.Dataset | None,
         spec: ItemSpec,
     ) -> None:
-        self.spec = spec
+        self.file, self.spec = file, spec
         self.per_group = {c.name for c in spec.columns if c.per == "group"}
-        held = self._held(0, len(datasets["filled"]), datasets)
-        counts = held.reshape(len(held), -1).sum(axis=1)
+        self.held = self._held(datasets)
+        """bool [items, T, agents]: the rows each item holds (read once, at open)."""
+        counts = self.held.reshape(len(self.held), -1).sum(axis=1)
         self.first = np.concatenate([[0], np.cumsum(counts)])
         """Row index of each item's first row (and, last, the row count)."""
         super().__init__(file, group, policy, int(self.first[-1]), datasets, priorities)
 
-    def _held(self, start: int, stop: int, datasets: dict[str, h5py.Dataset]) -> np.ndarray:
-        """bool [items, T, agents]: the rows items [start, stop) hold."""
+    def _held(self, datasets: dict[str, h5py.Dataset]) -> np.ndarray:
         try:
-            filled = datasets["filled"][start:stop]
-            active = datasets["active"][start:stop] if "active" in datasets else None
-            first_step = datasets["step"][start:stop][:, 0]
+            filled = datasets["filled"][:]
+            active = datasets["active"][:] if "active" in datasets else None
+            first_step = datasets["step"][:, 0]
         except (OSError, RuntimeError, ValueError) as err:
             raise damaged(self.file, err) from err
         held = np.repeat(filled[:, :, None], self.spec.agents, axis=2)
@@ -132,7 +132,7 @@ class JointTable(Table):
         lo = int(np.searchsorted(self.first, start, side="right")) - 1
         hi = int(np.searchsorted(self.first, stop, side="left"))
         items = super().read(tuple(n for n in names if n != "agent_id"), lo, hi)
-        held = self._held(lo, hi, self.datasets)
+        held = self.held[lo:hi]
         out: dict[str, np.ndarray] = {}
         for name, column in items.items():
             if name == "priorities":  # one per item

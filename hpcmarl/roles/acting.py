@@ -40,8 +40,10 @@ def act_all(
         index = None
         if actor.spec.agent_ids:
             index = np.repeat(np.arange(len(agents)), len(obs[agents[0]]))
-        width = actor.spec.recurrent if memory is not None else 0
-        state = memory.joined(agents, len(obs[agents[0]]), width) if memory and width else None
+        recurrent = memory if actor.spec.recurrent else None
+        state = None
+        if recurrent is not None:
+            state = recurrent.joined(agents, len(obs[agents[0]]), actor.spec.recurrent)
         result = actor.act(
             _joined([obs[a] for a in agents]),
             rng,
@@ -59,8 +61,8 @@ def act_all(
             for i, agent in enumerate(agents):
                 actions[agent] = parts[i]
                 extras[agent] = {k: v[i] for k, v in split_extras.items()}
-        if memory is not None and width and result.recurrent_state is not None:
-            memory.store(agents, result.recurrent_state)
+        if recurrent is not None and result.recurrent_state is not None:
+            recurrent.store(agents, result.recurrent_state)
     return actions, extras
 
 
