@@ -111,28 +111,31 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def launch(
+    ranks: int, args: list[str], run_dir: Path
+) -> tuple[subprocess.CompletedProcess[str], float, list[dict]]:
+    """`python -m hpcmarl ARGS` under `tools/mpirun.sh -n RANKS` into `run_dir`: its process,
+    its wall seconds and the rows of its metrics.jsonl."""
+    cmd = ["bash", str(ROOT / "tools" / "mpirun.sh"), "-n", str(ranks), sys.executable]
+    cmd += ["-m", "hpcmarl", *args, f"runtime.run_dir={run_dir}"]
+    start = time.monotonic()
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    wall = time.monotonic() - start
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return result, wall, rows
+
+
 def one_run(algo: str, ranks: int, budget: int, seed: int, run_dir: Path) -> dict:
     """The job to its step budget; what its metrics say."""
-    cmd = [
-        "bash",
-        str(ROOT / "tools" / "mpirun.sh"),
-        "-n",
-        str(ranks),
-        sys.executable,
-        "-m",
-        "hpcmarl",
+    args = [
         JOBS[algo],
         f"seed={seed}",
         f"commander.max_env_steps={budget}",
         "commander.stop_value=null",
         "commander.eval_interval_s=20",
         "commander.eval_episodes=32",
-        f"runtime.run_dir={run_dir}",
     ]
-    start = time.monotonic()
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    wall = time.monotonic() - start
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    result, wall, rows = launch(ranks, args, run_dir)
     evals = [r for r in rows if r["kind"] == "eval"]
     progress = [r for r in rows if r["kind"] == "progress" and r["time_s"] > 10]
     curve = [(r["env_steps"], r["time_s"], r["return_mean"]) for r in evals]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_marl import bare_rate, cores  # noqa: E402 - one bare-loop harness for both
+from bench_marl import bare_rate, cores, launch  # noqa: E402 - one harness for both
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = {"kuhn": "jobs/kuhn_psro.yaml", "leduc": "jobs/leduc_psro.yaml"}
@@ -93,23 +92,8 @@ def _bare_loop(job: str, seconds: float, seed: int, out: mp.Queue) -> None:
 
 def one_run(game: str, ranks: int, iterations: int, seed: int, run_dir: Path) -> dict:
     """The job for `iterations` PSRO iterations; what its metrics say."""
-    cmd = [
-        "bash",
-        str(ROOT / "tools" / "mpirun.sh"),
-        "-n",
-        str(ranks),
-        sys.executable,
-        "-m",
-        "hpcmarl",
-        JOBS[game],
-        f"seed={seed}",
-        f"psro.iterations={iterations}",
-        f"runtime.run_dir={run_dir}",
-    ]
-    start = time.monotonic()
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    wall = time.monotonic() - start
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    args = [JOBS[game], f"seed={seed}", f"psro.iterations={iterations}"]
+    result, wall, rows = launch(ranks, args, run_dir)
     psro = [r for r in rows if r["kind"] == "psro"]
     progress = [r for r in rows if r["kind"] == "progress" and r["env_steps_per_s"] > 0]
     curve = [(r["iteration"], r["env_steps"], r["time_s"], r["exploitability"]) for r in psro]

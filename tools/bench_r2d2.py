@@ -23,15 +23,13 @@ import argparse
 import json
 import multiprocessing as mp
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import gymnasium
 import numpy as np
-from bench_marl import bare_rate, cores
+from bench_marl import bare_rate, cores, launch
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_ID = "hpcmarl.envs.partial:CartPoleNoVelocity-v1"
@@ -87,26 +85,15 @@ def _bare_loop(seconds: float, seed: int, out: mp.Queue) -> None:
 
 
 def one_run(name: str, ranks: int, budget: int, seed: int, run_dir: Path) -> dict:
-    cmd = [
-        "bash",
-        str(ROOT / "tools" / "mpirun.sh"),
-        "-n",
-        str(ranks),
-        sys.executable,
-        "-m",
-        "hpcmarl",
+    args = [
         *RUNS[name],
         f"seed={seed}",
         f"commander.max_env_steps={budget}",
         "commander.stop_value=475",
         "commander.eval_interval_s=10",
         "checkpoint.interval_s=0",
-        f"runtime.run_dir={run_dir}",
     ]
-    start = time.monotonic()
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    wall = time.monotonic() - start
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    result, wall, rows = launch(ranks, args, run_dir)
     evals = [r for r in rows if r["kind"] == "eval"]
     progress = [r for r in rows if r["kind"] == "progress" and r["time_s"] > 10]
     first_450 = next((r for r in evals if r["return_mean"] >= 450), None)
