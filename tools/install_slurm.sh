@@ -132,7 +132,8 @@ MinJobAge=30
 Waittime=0
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 NodeName=$node CPUs=$(nproc) RealMemory=$mem State=UNKNOWN
-PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
+# OverSubscribe: jobs share cores (tests/slurm runs its three time-limit jobs side by side).
+PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
 }
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,8 @@ pytestmark = pytest.mark.slow
 SMALL = ["--ntasks=4", "--overcommit"]
 QUICK = ["commander.stop_value=null", "topology.collectors=2"]
 PROGRESS = "hpcmarl:  "  # the commander's progress lines: training has started
+MAPPO = ROOT / "jobs" / "spread_mappo.yaml"
+PSRO = ROOT / "jobs" / "kuhn_psro.yaml"
 
 
 def run_dir(submit: Submitter, job: Job) -> Path:
@@ -41,32 +45,60 @@ def test_job_that_finishes_exits_0(submit: Submitter, launcher: str) -> None:
     job.expect("topology for 4 rank(s)" in log, f"{launcher} did not start 4 ranks of one world")
 
 
-def requeued_once(submit: Submitter, wall_time_s: int, job_file: Path = JOB) -> tuple[Job, str]:
-    """A 1-minute job whose training budget (`wall_time_s` on the training clock, which a
-    resumed run continues) outlasts its first allocation: it must checkpoint at the signal,
-    exit 75 and be requeued once; the requeued run gets 4 minutes, so it finishes inside one
-    allocation with no second signal cycle. Returns the job and its log."""
-    job = submit(
-        [*SMALL, "--time=1", "--signal=B:USR1@5"],
-        [f"commander.max_wall_time_s={wall_time_s}", "commander.max_env_steps=10000000", *QUICK],
-        job_file=job_file,
-    )
-    job.wait(lambda j: j.restarts >= 1 or j.state in FINAL_STATES, 150, "requeued")
-    job.expect(job.restarts == 1, "ended instead of being requeued")
-    subprocess.run(["scontrol", "update", f"JobId={job.id}", "TimeLimit=4"], check=True)
-    job.wait_final(timeout=240)
+TIME_LIMITED = {"dqn": (JOB, 75), "mappo": (MAPPO, 70), "psro": (PSRO, 70)}
+"""The time-limit cycle's jobs: a job file each and its budget on the training clock (which a
+resumed run continues), more than a first 1-minute allocation can do."""
+
+
+@pytest.fixture(scope="module")
+def time_limited(
+    slurm_cluster: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Job]]:
+    """The three time-limit jobs, submitted together and run side by side (the partition lets
+    jobs share cores), since each mostly waits for its 1-minute limit: every one must checkpoint
+    at the signal, exit 75 and be requeued once. Each requeued run gets 4 minutes at once, so
+    it finishes inside one allocation with no second signal cycle."""
+    submit = Submitter(tmp_path_factory.mktemp("time-limit"))
+    jobs = {
+        name: submit(
+            [*SMALL, "--time=1", "--signal=B:USR1@5"],
+            [f"commander.max_wall_time_s={budget}", "commander.max_env_steps=10000000", *QUICK],
+            job_file=job_file,
+        )
+        for name, (job_file, budget) in TIME_LIMITED.items()
+    }
+    extended: set[str] = set()
+    deadline = time.monotonic() + 420
+    try:
+        while time.monotonic() < deadline:
+            for job in jobs.values():
+                job.refresh()
+                if job.restarts >= 1 and job.id not in extended:
+                    update = ["scontrol", "update", f"JobId={job.id}", "TimeLimit=4"]
+                    subprocess.run(update, check=True)
+                    extended.add(job.id)
+            if all(job.state in FINAL_STATES for job in jobs.values()):
+                break
+            time.sleep(1.0)
+        yield jobs
+    finally:
+        submit.cancel_all()
+
+
+def requeued_once(job: Job) -> str:
+    """The job's log, once it is known to have been requeued once and then to have finished."""
+    job.expect(job.state in FINAL_STATES, "not finished within 420 s")
+    job.expect(job.restarts == 1, f"requeued {job.restarts} times instead of once")
     job.expect(job.state == "COMPLETED" and job.exit_code == 0, "resumed run did not exit 0")
-    return job, job.text()
+    return job.text()
 
 
-def test_time_limit_checkpoints_requeues_and_resumes(submit: Submitter) -> None:
+def test_time_limit_checkpoints_requeues_and_resumes(time_limited: dict[str, Job]) -> None:
     # slurmctld checks time limits every 30 s and sends the warning up to 30 s early, at the
     # first check with `now + 30 + N >= end`: with a 1-minute limit, @5 lands 25-55 s after the
     # start (@35 would land in the first seconds, possibly before Python has a handler).
-    # The budget is 75 s on the training clock, which a resumed run continues: more than the
-    # first run can do, so it must checkpoint at the signal, exit 75 and be requeued.
-    job, log = requeued_once(submit, wall_time_s=75)
-    job.expect(job.restarts == 1, "requeued more than once")
+    job = time_limited["dqn"]
+    log = requeued_once(job)
     for line in (
         "hpcmarl-slurm: job {id} restart 0",
         "hpcmarl-slurm: got SIGUSR1",
@@ -79,26 +111,27 @@ def test_time_limit_checkpoints_requeues_and_resumes(submit: Submitter) -> None:
     ):
         job.expect(line.format(id=job.id) in log, f"no line {line!r} (log appended across runs)")
     job.expect(log.index("restart 0") < log.index("resumed from"), "runs out of order")
-    job.expect((run_dir(submit, job) / "checkpoints" / "latest").exists(), "no checkpoint")
+    run = job.log.parent / f"hpcmarl-{job.id}"
+    job.expect((run / "checkpoints" / "latest").exists(), "no checkpoint")
 
 
-def test_mappo_checkpoints_at_the_time_limit_and_resumes(submit: Submitter) -> None:
+def test_mappo_checkpoints_at_the_time_limit_and_resumes(time_limited: dict[str, Job]) -> None:
     """The on-policy path through the same cycle: its queues and the commander's books of
     fragments are in the checkpoint, and the requeued job trains on where it stopped."""
-    mappo = ROOT / "jobs" / "spread_mappo.yaml"
-    job, log = requeued_once(submit, wall_time_s=70, job_file=mappo)
+    job = time_limited["mappo"]
+    log = requeued_once(job)
     for line in ("hpcmarl: resumed from checkpoint", "hpcmarl: finished: wall-time limit reached"):
         job.expect(line in log, f"no line {line!r}")
     job.expect("group shared (policies shared)" in log, "not the MAPPO job")
 
 
 def test_psro_checkpoints_at_the_time_limit_and_resumes_the_same_iteration(
-    submit: Submitter,
+    time_limited: dict[str, Job],
 ) -> None:
     """A PSRO job through the same cycle: the registry, the payoff table and the iteration's
     progress are in the checkpoint, and the requeued job continues the iteration it was in."""
-    psro = ROOT / "jobs" / "kuhn_psro.yaml"
-    job, log = requeued_once(submit, wall_time_s=70, job_file=psro)
+    job = time_limited["psro"]
+    log = requeued_once(job)
     for line in ("hpcmarl: resumed from checkpoint", "hpcmarl: finished: wall-time limit reached"):
         job.expect(line in log, f"no line {line!r}")
     iterations = [int(m) for m in re.findall(r"hpcmarl: psro iteration (\d+):", log)]
