@@ -1,6 +1,7 @@
 """Replay table throughput against bare numpy baselines measured in the same run.
 
     python tools/bench_replay.py [--transitions N] [--capacity C] [--repeats R]
+                                 [--stacked-transitions M]
 
 Inserts CartPole-like transitions in batches of 32 rows (a collector's fragment) and samples
 batches of 64 rows (a learner's batch), through `ReplayTable` and through a baseline that does
@@ -12,6 +13,12 @@ turns for `--repeats` rounds and each keeps its best round, which filters out th
 shared machine. Before timing, the sum tree baseline is checked against the table (same draws,
 weights and rows from the same seed) and against its priorities (draw frequencies), so a fast
 but wrong baseline cannot flatter the table.
+
+Compact storage (MALib's producer options `stack_num` 4 + `save_only_last_obs` +
+`ignore_obs_next`) is measured on stacks of 1 KB frames, as a frame-stacking collector sends
+them: the bytes a stored transition takes against a table of full rows, and the insert and
+sample throughput of the `CompactTable` (which rebuilds stacks and next observations) against
+the full-row table doing the same draws, whose rows it must equal.
 
 Prints a table, then as its last line one JSON object whose `*_ratio` fields are table /
 baseline throughput (1.0 = no overhead). What the table does beyond its baseline: schema checks
@@ -35,6 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from hpcmarl.replay.compact import CompactTable, StorageForm  # noqa: E402
 from hpcmarl.replay.table import ReplayTable, SampleInfo  # noqa: E402
 
 INSERT_ROWS = 32
@@ -58,6 +66,8 @@ RATIOS = {
     "prioritized_sample_and_update_ratio": "sample_and_update_prioritized",
 }
 """The names of the ratios in the JSON line (kept stable for whoever reads them)."""
+FRAME, STACK, ENVS, EPISODE = 256, 4, 4, 200
+"""Compact storage: 1 KB float32 frames stacked 4 deep, 4 env copies, 200-step episodes."""
 
 
 class Buffer(Protocol):
@@ -300,6 +310,105 @@ def measure(transitions: int, capacity: int, repeats: int) -> dict[str, float]:
     return rates
 
 
+def stacked_batches(transitions: int, seed: int = 0) -> list[Batch]:
+    """Batches of 32 rows (8 steps of each env copy) whose observations are the run's last 4
+    frames, newest last, the first frame standing in before an episode's start; episodes are
+    cut (truncated) at 200 steps."""
+    rng = np.random.default_rng(seed)
+    steps = transitions // ENVS + 1
+    frames = rng.standard_normal((ENVS, steps + 1, FRAME), dtype=np.float32)
+    t = np.arange(steps)
+    start = t - t % EPISODE
+
+    def stack(e: int, at: np.ndarray) -> np.ndarray:
+        back = np.maximum(at[:, None] - np.arange(STACK - 1, -1, -1), start[at][:, None])
+        return frames[e][back].reshape(len(at), STACK * FRAME)
+
+    batches, per_env = [], INSERT_ROWS // ENVS
+    for first in range(0, steps - per_env, per_env):
+        at = np.arange(first, first + per_env)
+        last = (at + 1) % EPISODE == 0
+        nxt = [stack(e, at + 1) for e in range(ENVS)]
+        for e in range(ENVS):  # an episode's final frame is its own, not the next one's start
+            nxt[e][last] = np.concatenate(
+                [stack(e, at[last])[:, FRAME:], frames[e][at[last] + 1]], 1
+            )
+        batches.append(
+            {
+                "observations": np.concatenate([stack(e, at) for e in range(ENVS)]),
+                "next_observations": np.concatenate(nxt),
+                "actions": rng.integers(0, 4, INSERT_ROWS, dtype=np.int64),
+                "rewards": np.ones(INSERT_ROWS, dtype=np.float32),
+                "terminations": np.zeros(INSERT_ROWS, dtype=bool),
+                "truncations": np.tile(last, ENVS),
+                "agent_id": np.zeros(INSERT_ROWS, dtype=np.int16),
+                "episode_id": np.concatenate([e + ENVS * (at // EPISODE) for e in range(ENVS)]),
+                "step": np.tile(at % EPISODE, ENVS).astype(np.int32),
+                "policy_version": np.zeros(INSERT_ROWS, dtype=np.int64),
+            }
+        )
+    return batches
+
+
+def measure_compact(transitions: int, repeats: int) -> dict[str, float]:
+    """Bytes per stored transition and throughput of compact against full-row storage, after
+    checking that the compact table's samples equal the full table's (same seed, same draws)."""
+    batches = stacked_batches(transitions)
+    capacity = len(batches) * INSERT_ROWS // 2 // INSERT_ROWS * INSERT_ROWS
+    form = StorageForm(stack_num=STACK, ignore_obs_next=True)
+
+    def full() -> ReplayTable:
+        return ReplayTable(capacity, seed=3)
+
+    def compact() -> CompactTable:
+        return CompactTable(ReplayTable(capacity, seed=3), form)
+
+    rates = best_rates(
+        {
+            "insert_full_rows": partial(insert_all, full, batches),
+            "insert_compact": partial(insert_all, compact, batches),
+        },
+        repeats,
+    )
+    full_table, compact_table = full(), compact()
+    for batch in batches:
+        full_table.insert(batch)
+        compact_table.insert(batch)
+    want, got = full_table.sample(SAMPLE_ROWS)[0], compact_table.sample(SAMPLE_ROWS)[0]
+    for name in want:
+        if not np.array_equal(want[name], got[name]):
+            raise SystemExit(f"compact table: sampled {name} differ from the full rows")
+    calls = max(1, transitions // SAMPLE_ROWS // 4)
+    rates |= best_rates(
+        {
+            "sample_full_rows": partial(sample_many, full_table, calls),
+            "sample_compact": partial(sample_many, compact_table, calls),
+        },
+        repeats,
+    )
+    rates["bytes_full_rows"] = full_table.nbytes() / capacity
+    rates["bytes_compact"] = compact_table.nbytes() / capacity
+    return rates
+
+
+def report_compact(rates: dict[str, float]) -> dict[str, float]:
+    print(f"\ncompact storage (stack_num {STACK}, ignore_obs_next, {4 * FRAME} B frames)")
+    print(f"{'figure':<40}{'compact':>14}  {'full rows':>12}  {'ratio':>5}")
+    figures: dict[str, float] = {}
+    for what, unit in (
+        ("bytes", "B/transition"),
+        ("insert", "transitions/s"),
+        ("sample", "transitions/s"),
+    ):
+        ours, theirs = rates[f"{what}_compact"], rates[f"{what}_full_rows"]
+        print(
+            f"{what + ' (' + unit + ')':<40}{ours:>14,.0f}  {theirs:>12,.0f}  {ours / theirs:>5.2f}"
+        )
+        figures[f"compact_{what}"] = round(ours)
+        figures[f"compact_{what}_ratio"] = round(ours / theirs, 3)
+    return figures
+
+
 def report(rates: dict[str, float], transitions: int, capacity: int) -> dict[str, float]:
     """Print the table and return the figures with their ratios to the baselines."""
     figures: dict[str, float] = {"transitions": transitions, "capacity": capacity}
@@ -319,6 +428,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--transitions", type=int, default=2**18, help="rows inserted per run")
     parser.add_argument("--capacity", type=int, default=2**16, help="table capacity in rows")
     parser.add_argument("--repeats", type=int, default=7, help="rounds per figure; best is kept")
+    parser.add_argument(
+        "--stacked-transitions", type=int, default=2**14, help="rows of 4 x 1 KB frame stacks"
+    )
     args = parser.parse_args(argv)
     if args.capacity % INSERT_ROWS or args.capacity < INSERT_ROWS:
         parser.error(f"--capacity must be a positive multiple of {INSERT_ROWS}")
@@ -326,7 +438,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--transitions must be at least {SAMPLE_ROWS}")
     check_baseline()
     rates = measure(args.transitions, args.capacity, args.repeats)
-    print(json.dumps(report(rates, args.transitions, args.capacity)))
+    figures = report(rates, args.transitions, args.capacity)
+    figures |= report_compact(measure_compact(args.stacked_transitions, args.repeats))
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

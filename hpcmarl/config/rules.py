@@ -175,6 +175,7 @@ RULES: dict[str, Rule] = {
     "replay.samples_per_insert": at_least(0),
     "replay.error_buffer": above(0),
     "replay.insert_credits": at_least(1),
+    "replay.stack_num": at_least(1),
     "collector.fragment_length": at_least(1),
     "collector.fragments_per_task": at_least(1),
     "collector.weight_sync_fragments": at_least(1),

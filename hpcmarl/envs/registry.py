@@ -26,17 +26,28 @@ PETTINGZOO_EXAMPLE = "mpe2.simple_spread_v3"
 AEC_EXAMPLE = "pettingzoo.classic.tictactoe_v3"
 
 
-def make_env_copy(env_cfg: EnvConfig) -> EnvCopy:
-    """One environment copy of the configured family."""
+def make_env_copy(env_cfg: EnvConfig, frame_stack: int = 1) -> EnvCopy:
+    """One environment copy of the configured family; with `frame_stack` k > 1 (gymnasium
+    only) its observations are its last k frames, newest last, the first frame of an episode
+    standing in for those before it."""
     if env_cfg.kind not in ENV_KINDS:
         raise EnvError(
             f"env.kind is {env_cfg.kind!r}, which is not an environment family",
             f"use one of {sorted(ENV_KINDS)}",
         )
-    return ENV_KINDS[env_cfg.kind](env_cfg.id, dict(env_cfg.kwargs))
+    if frame_stack == 1:
+        return ENV_KINDS[env_cfg.kind](env_cfg.id, dict(env_cfg.kwargs))
+    if env_cfg.kind != "gymnasium":
+        raise EnvError(
+            f"replay.stack_num {frame_stack} stacks frames of gymnasium envs only; "
+            f"{env_cfg.id} is a {env_cfg.kind} env",
+            "give the env stacked observations itself (e.g. supersuit.frame_stack_v1) and set "
+            "replay.save_only_last_obs=true, or set replay.stack_num=1",
+        )
+    return make_gymnasium(env_cfg.id, dict(env_cfg.kwargs), frame_stack)
 
 
-def make_gymnasium(env_id: str, kwargs: dict[str, Any]) -> EnvCopy:
+def make_gymnasium(env_id: str, kwargs: dict[str, Any], frame_stack: int = 1) -> EnvCopy:
     """A gymnasium env; an unknown id gets the closest registered ids as suggestions."""
     if env_id not in gymnasium.registry and ":" not in env_id:
         raise EnvError(f"unknown gymnasium id {env_id!r}", _suggest_gymnasium(env_id))
@@ -50,6 +61,8 @@ def make_gymnasium(env_id: str, kwargs: dict[str, Any]) -> EnvCopy:
         raise EnvError(
             f"{env_id} rejects env.kwargs {kwargs}: {exc}", "fix or remove env.kwargs"
         ) from exc
+    if frame_stack > 1:
+        env = gymnasium.wrappers.FrameStackObservation(env, frame_stack, padding_type="reset")
     return GymnasiumCopy(env, env_id)
 
 

@@ -182,12 +182,13 @@ class MultiAgentVectorEnv:
 
 
 def make_vector_env(
-    env_cfg: EnvConfig, num_envs: int, seed: int, with_state: bool = False
+    env_cfg: EnvConfig, num_envs: int, seed: int, with_state: bool = False, frame_stack: int = 1
 ) -> MultiAgentVectorEnv:
-    """`num_envs` copies of the configured environment, copy i seeded `seed + i`."""
+    """`num_envs` copies of the configured environment, copy i seeded `seed + i`, each
+    stacking its last `frame_stack` observations."""
     if num_envs < 1:
         raise ValueError(f"num_envs must be at least 1, got {num_envs}")
-    copies = [make_env_copy(env_cfg) for _ in range(num_envs)]
+    copies = [make_env_copy(env_cfg, frame_stack) for _ in range(num_envs)]
     return MultiAgentVectorEnv(copies, seed, with_state)
 
 

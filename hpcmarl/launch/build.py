@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium
 import numpy as np
 
 from ..algos import registry
@@ -28,12 +29,13 @@ from ..comm.transport import LocalTransport
 from ..config.schema import JobConfig
 from ..core import Role, policy_key
 from ..envs import make_vector_env
-from ..errors import ConfigError, EnvError
+from ..errors import ConfigError, EnvError, TopologyError
 from ..items.spec import ItemSpec
 from ..items.writers import ItemWriter, make_writer
 from ..metrics import MetricsSink
 from ..population import Population, server_for
 from ..psro.checks import check_psro_job
+from ..replay.compact import StorageForm
 from ..replay.offline import load_share
 from ..roles.collector import Collector
 from ..roles.commander import Commander
@@ -93,7 +95,7 @@ class EnvSpec:
 def probe_env(cfg: JobConfig) -> EnvSpec:
     """Create the environment once to learn its agents, spaces and masks (a gymnasium env
     shows its masks only at reset, hence the reset); refuse misfits early."""
-    env = make_vector_env(cfg.env, 1, cfg.seed)
+    env = make_vector_env(cfg.env, 1, cfg.seed, frame_stack=frame_stack_of(cfg))
     env.reset()
     policy_of = resolve_mapping(cfg.agents.mapping, env.agents)
     for agent in env.agents:
@@ -113,11 +115,86 @@ def probe_env(cfg: JobConfig) -> EnvSpec:
         turn_based=env.turn_based,
     )
     spec.groups = resolve_groups(cfg.agents.groups, spec.policies) if cfg.agents.groups else None
+    spaces = {a: env.observation_space(a) for a in env.agents}
     env.close()
     registry.check_job(cfg, spec.training_groups())
     check_psro_job(cfg, spec.training_groups(), len(spec.agents))
     check_items(cfg, spec)
+    check_storage(cfg, spec, spaces)
     return spec
+
+
+def storage_form(cfg: JobConfig) -> StorageForm:
+    """How the job's transition tables store their rows (MALib's producer options)."""
+    return StorageForm(stack_num=cfg.replay.stack_num, ignore_obs_next=cfg.replay.ignore_obs_next)
+
+
+def frame_stack_of(cfg: JobConfig) -> int:
+    """Frames the env copies stack for acting: `replay.stack_num`, unless the env stacks its
+    own (`replay.save_only_last_obs`)."""
+    return 1 if cfg.replay.save_only_last_obs else cfg.replay.stack_num
+
+
+def check_storage(cfg: JobConfig, spec: EnvSpec, spaces: dict[str, gymnasium.Space]) -> None:
+    """The producer options store transition rows of online runs, one step at a time; an env
+    said to stack its own frames must do so on its first axis."""
+    r, form = cfg.replay, storage_form(cfg)
+    if not (form.compact or r.save_only_last_obs):
+        return
+    options = "replay.stack_num, replay.ignore_obs_next and replay.save_only_last_obs"
+    decl = registry.decl_of(cfg.learner.algo)
+    if decl.items != "transition":
+        raise ConfigError(
+            f"{options} store transition rows; learner.algo = {decl.name} trains on "
+            f"{decl.items}s, which hold their steps in order already",
+            "remove those keys, or use learner.algo=dqn",
+        )
+    if cfg.offline.dataset:
+        raise ConfigError(
+            f"{options} store what collectors send; an offline job reads replay files instead",
+            "remove those keys from the offline job",
+        )
+    if r.ignore_obs_next and any(i.n_step > 1 for i in item_specs(cfg, spec).values()):
+        raise ConfigError(
+            "replay.ignore_obs_next rebuilds s' from the next step, and learner.dqn.n_step > 1 "
+            "makes s' the step n ahead",
+            "set learner.dqn.n_step=1 or replay.ignore_obs_next=false",
+        )
+    if not r.save_only_last_obs:
+        return
+    if r.stack_num == 1:
+        raise ConfigError(
+            "replay.save_only_last_obs keeps the newest of replay.stack_num frames, and "
+            "replay.stack_num is 1",
+            "set replay.stack_num to the number of frames the env stacks",
+        )
+    for agent, space in spaces.items():
+        shape = getattr(space, "shape", None) or ()
+        if not shape or shape[0] != r.stack_num:
+            raise EnvError(
+                f"replay.save_only_last_obs: {agent} observes shape {list(shape)}, not "
+                f"{r.stack_num} stacked frames on the first axis (replay.stack_num)",
+                "set replay.stack_num to the env's stack size, or replay.save_only_last_obs="
+                "false to let hpcmarl stack the frames",
+            )
+
+
+def check_storage_topology(cfg: JobConfig, topology: Topology) -> None:
+    """Compact tables need each run on one shard, so each collector feeds one home shard:
+    every shard needs a collector."""
+    collectors, shards = topology.names("collector"), topology.names("replay_shard")
+    if storage_form(cfg).compact and len(collectors) < len(shards):
+        raise TopologyError(
+            f"replay.stack_num / replay.ignore_obs_next keep each collector's runs on one "
+            f"replay shard, and {len(shards)} shards outnumber {len(collectors)} collectors",
+            f"set topology.replay_shards to at most {len(collectors)}, or add collectors",
+        )
+
+
+def home_shard(topology: Topology, collector: str) -> str:
+    """The one shard a collector feeds when its tables are compact."""
+    shards = topology.names("replay_shard")
+    return shards[topology.names("collector").index(collector) % len(shards)]
 
 
 def check_items(cfg: JobConfig, spec: EnvSpec) -> None:
@@ -247,16 +324,21 @@ def build_replay_shard(
                 yield group_of[policy], batch
 
     items = item_specs(cfg, spec)
+    form = storage_form(cfg)
+    collectors = [] if cfg.offline.dataset else topology.names("collector")
+    if form.compact:
+        collectors = [c for c in collectors if home_shard(topology, c) == name]
     return ReplayShard(
         name,
         transport,
         cfg.replay,
         {g: item.replay for g, item in items.items()},
-        [] if cfg.offline.dataset else topology.names("collector"),
+        collectors,
         role_seed(cfg, topology, name),
         deterministic=cfg.commander.deterministic,
         dataset=dataset,
         items={g: item.to_json() for g, item in items.items()},
+        forms=dict.fromkeys(items, form),
     )
 
 
@@ -349,9 +431,11 @@ def build_collector(
     cfg: JobConfig, spec: EnvSpec, topology: Topology, transport: LocalTransport, name: str
 ) -> Collector:
     seed = role_seed(cfg, topology, name)
+    shards = topology.names("replay_shard")
     items = item_specs(cfg, spec)
     with_state = any("state" in i.names for i in items.values())
-    env = make_vector_env(cfg.env, cfg.env.num_envs, seed, with_state)
+    frame_stack = frame_stack_of(cfg)
+    env = make_vector_env(cfg.env, cfg.env.num_envs, seed, with_state, frame_stack)
     length, agent_ids = cfg.collector.fragment_length, {a: i for i, a in enumerate(spec.agents)}
     writers = {}
     for group, item in items.items():
@@ -367,7 +451,7 @@ def build_collector(
         # New start states each evaluation, reproducible from the job seed (or the schedule's).
         if eval_seed is None:
             eval_seed = seed + 500_009 + 1_000 * next(evaluations)
-        return make_vector_env(cfg.env, episodes, eval_seed)
+        return make_vector_env(cfg.env, episodes, eval_seed, frame_stack=frame_stack)
 
     score = None
     if cfg.psro.enabled and cfg.psro.exploitability:
@@ -385,13 +469,13 @@ def build_collector(
         transport,
         env,
         writers,
-        topology.names("replay_shard"),
+        [home_shard(topology, name)] if storage_form(cfg).compact else shards,
         topology.names("param_server"),
         cfg.collector.weight_sync_fragments,
         seed,
         make_eval_env,
         remake_env=lambda: make_vector_env(
-            cfg.env, cfg.env.num_envs, seed + next(restarts), with_state
+            cfg.env, cfg.env.num_envs, seed + next(restarts), with_state, frame_stack
         ),
         deterministic=cfg.commander.deterministic,
         replay_log=replay_log,

@@ -28,6 +28,7 @@ from ..core import policy_key
 from ..errors import ConfigError
 from ..items.spec import ItemSpec
 from ..population import server_for
+from ..replay.compact import StorageForm, stored_bytes_per_row
 from .topology import Topology
 
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ SERVED_COPIES = 2
 TREE_BYTES_PER_SLOT = 16
 """A prioritized table's sum tree: float64 leaves and inner nodes, 2 x capacity rounded up to a
 power of two."""
+
+FULL_ROWS = StorageForm()
 
 Node = tuple[str, int]
 """(host name, bytes available) as one rank reports it."""
@@ -144,10 +147,32 @@ def _headroom(folder: Path, limit_file: str, usage_file: str, cache_key: str) ->
         return None
 
 
-def table_bytes(item: ItemSpec, capacity: int) -> tuple[int, int]:
+def row_bytes(item: ItemSpec, form: StorageForm = FULL_ROWS) -> int:
+    """Bytes one item's columns take in a table, transitions stored in `form`."""
+    if item.kind == "transition" and form.compact:
+        return stored_bytes_per_row({c.name: (c.dtype, c.shape) for c in item.columns}, form)
+    return sum(math.prod(item.item_shape(c)) * np.dtype(c.dtype).itemsize for c in item.columns)
+
+
+def storage_line(items: dict[str, ItemSpec], form: StorageForm) -> str | None:
+    """The start-up line on what a stored transition costs, or None for other items."""
+    transitions = [item for item in items.values() if item.kind == "transition"]
+    if not transitions:
+        return None
+    stored = sum(row_bytes(item, form) for item in transitions) // len(transitions)
+    full = sum(row_bytes(item) for item in transitions) // len(transitions)
+    how = (
+        f" ({form.describe()}: {stored / full:.2f} of {full} B in full rows)"
+        if stored != full
+        else ""
+    )
+    return f"hpcmarl: replay stores {stored} B per transition{how}"
+
+
+def table_bytes(item: ItemSpec, capacity: int, form: StorageForm = FULL_ROWS) -> tuple[int, int]:
     """(bytes of one table of `capacity` items as a shard allocates them, at most bytes per
     item: its columns and, when prioritized, up to two tree slots)."""
-    row = sum(math.prod(item.item_shape(c)) * np.dtype(c.dtype).itemsize for c in item.columns)
+    row = row_bytes(item, form)
     if item.replay.selector != "prioritized":
         return capacity * row, row
     tree = TREE_BYTES_PER_SLOT * (1 << (capacity - 1).bit_length())
@@ -179,12 +204,12 @@ def node_needs(
     cfg: JobConfig, spec: EnvSpec, topology: Topology, nodes: Sequence[Node]
 ) -> list[NodeNeed]:
     """Bytes each node's roles will hold; `nodes[r]` is what rank r reported."""
-    from .build import item_specs
+    from .build import item_specs, storage_form
 
-    capacity = cfg.replay.table_capacity
+    capacity, form = cfg.replay.table_capacity, storage_form(cfg)
     shard_bytes, shard_row = 0, 0
     for item in item_specs(cfg, spec).values():
-        full, row = table_bytes(item, capacity)
+        full, row = table_bytes(item, capacity, form)
         shard_bytes, shard_row = shard_bytes + full, shard_row + row
     params = policy_params(cfg, spec)
     weights = 4 * sum(params.values())  # float32

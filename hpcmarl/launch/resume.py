@@ -84,6 +84,13 @@ def redeal_replay(checkpoint: Checkpoint, shards: list[str], capacity: int) -> d
             for name, queue in zip(shards, deal_queues(states, len(shards)), strict=True):
                 out[name]["tables"][group] = nest(queue)
             continue
+        if "storage_form" in states[0]:
+            raise UserError(
+                f"the checkpoint's {group!r} tables store compact transitions (replay.stack_num "
+                f"or replay.ignore_obs_next), whose runs cannot yet be dealt over {len(shards)} "
+                f"shards instead of {len(saved)}",
+                f"resume with topology.replay_shards={len(saved)}",
+            )
         tables = deal_tables(states, len(shards), capacity)
         limiters = deal_limiters([t["limiters"][group] for t in trees], len(shards))
         for name, table, limiter in zip(shards, tables, limiters, strict=True):

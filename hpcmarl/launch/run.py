@@ -24,8 +24,15 @@ from ..errors import UserError
 from ..replay.offline import plan_offline
 from ..testing import faults
 from . import signals
-from .build import EnvSpec, build_roles, probe_env
-from .memory import Node, check_memory, gather_nodes
+from .build import (
+    EnvSpec,
+    build_roles,
+    check_storage_topology,
+    item_specs,
+    probe_env,
+    storage_form,
+)
+from .memory import Node, check_memory, gather_nodes, storage_line
 from .preflight import check_allreduce, create_run_dir, run_dir_of
 from .resume import find_resume_point, restore_roles
 from .topology import Topology, build_topology
@@ -88,6 +95,7 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
         cfg = load_job(job_path, overrides)
         spec = probe_env(cfg)
         topology = build_topology(len(nodes), cfg.topology, spec.training_groups())
+        check_storage_topology(cfg, topology)
         check_allreduce(cfg, topology)
         check_memory(cfg, spec, topology, nodes)
         if cfg.offline.dataset:  # what the saved job names must not depend on the cwd
@@ -96,8 +104,9 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
         resume_id = find_resume_point(cfg, run_dir)
         offline = plan_offline(cfg, spec, fresh=resume_id is None)
         create_run_dir(cfg, run_dir)
-        if offline:
-            print(offline, flush=True)
+        for line in (offline, storage_line(item_specs(cfg, spec), storage_form(cfg))):
+            if line:
+                print(line, flush=True)
     except UserError as err:
         return ("error", err.message())
     return ("ok", (job_to_dict(cfg), spec, run_dir, resume_id))

@@ -78,6 +78,22 @@ class ReplayTable:
         """Column names fixed by the first insert (empty before it)."""
         return tuple(name for name, _ in self._items)
 
+    def column(self, name: str) -> np.ndarray:
+        """The stored column (all `capacity` slots; slot `i % capacity` holds insert id i)."""
+        for held, column in self._items:
+            if held == name:
+                return column
+        raise KeyError(f"the table has no column {name!r}; it has {list(self.columns)}")
+
+    def nbytes(self) -> int:
+        """Bytes the preallocated columns hold (the sum tree not counted)."""
+        return sum(column.nbytes for _, column in self._items)
+
+    def skip(self, n: int) -> None:
+        """Count `n` rows as inserted and evicted at once, as the head of an oversize batch is."""
+        self.total_inserted += n
+        self.evicted += n
+
     def insert(self, batch: dict[str, np.ndarray]) -> None:
         """Append a batch; the oldest rows make room once the ring is full."""
         n = self._rows(batch)
@@ -106,8 +122,7 @@ class ReplayTable:
     def _skip_head(self, batch: dict[str, np.ndarray], n: int) -> tuple[dict, int]:
         """Count the head of an oversize batch as inserted and evicted at once; keep its tail."""
         skipped = n - self.capacity
-        self.evicted += skipped
-        self.total_inserted += skipped
+        self.skip(skipped)
         return {name: column[skipped:] for name, column in batch.items()}, self.capacity
 
     def sample(self, n: int) -> tuple[dict[str, np.ndarray], SampleInfo]:

@@ -26,6 +26,7 @@ from ..comm.transport import LocalTransport
 from ..config.schema import ReplayConfig
 from ..core import Role
 from ..items.spec import ReplaySpec
+from ..replay.compact import CompactTable, StorageForm
 from ..replay.queue import ItemQueue
 from ..replay.rate_limiters import SampleToInsertRatio
 from ..replay.table import ReplayTable
@@ -48,13 +49,16 @@ class ReplayShard(Role):
         deterministic: bool = False,
         dataset: Callable[[], Iterable[tuple[str, dict[str, np.ndarray]]]] | None = None,
         items: dict[str, str] | None = None,
+        forms: dict[str, StorageForm] | None = None,
     ) -> None:
         super().__init__(name, transport)
+        self.forms = forms or {}
+        """Group -> how its table stores transitions (MALib's producer options), if compact."""
         self.items = items or {}
         """Group -> its item spec as JSON, saved with the tables so that offline analysis can
         read joint items (episodes, sequences) as the per-agent rows they hold."""
         self.cfg = cfg
-        self.tables: dict[str, ReplayTable | ItemQueue] = {}
+        self.tables: dict[str, ReplayTable | CompactTable | ItemQueue] = {}
         self.limiters: dict[str, SampleToInsertRatio] = {}
         # Deterministic mode's schedule fixes the ratio itself; a limiter would react to timing.
         # Offline, nothing is inserted after the start: any number of samples is fine.
@@ -80,7 +84,7 @@ class ReplayShard(Role):
         if replay.on_policy:
             self.tables[group] = ItemQueue(cfg.table_capacity)
             return
-        self.tables[group] = ReplayTable(
+        table = ReplayTable(
             cfg.table_capacity,
             prioritized=replay.selector == "prioritized",
             alpha=cfg.alpha,
@@ -88,6 +92,8 @@ class ReplayShard(Role):
             eps=cfg.eps,
             seed=self.seed + list(self.replay_of).index(group) + 1_000 * self.generations[group],
         )
+        form = self.forms.get(group)
+        self.tables[group] = CompactTable(table, form) if form and form.compact else table
         relaxed = self.limiters[group].relaxed if group in self.limiters else False
         self.limiters[group] = SampleToInsertRatio(*self.ratio, cfg.error_buffer)
         self.limiters[group].relaxed = relaxed
@@ -127,7 +133,7 @@ class ReplayShard(Role):
         assert msg.arrays is not None
         a = msg.arrays
         table = self.tables[msg.meta["group"]]
-        assert isinstance(table, ReplayTable)
+        assert not isinstance(table, ItemQueue)
         table.update_priorities(a["indices"], a["insert_ids"], a["td"])
 
     def handle_relax(self, msg: Message) -> None:
@@ -187,7 +193,7 @@ class ReplayShard(Role):
             group, n = msg.meta["group"], msg.meta["n"]
             self.current(group, msg.meta.get("generation", 0))
             table = self.tables[group]
-            assert isinstance(table, ReplayTable)
+            assert not isinstance(table, ItemQueue)
             if table.size == 0 or not self.limiters[group].can_sample(table.size):
                 self.pending_samples.append(msg)
                 continue

@@ -59,12 +59,22 @@ R2D2 = [
 ]
 """Prioritized sequences with their stored recurrent states, burn-in and n-step targets."""
 
+STACKED = [
+    "jobs/cartpole_novel_stacked.yaml",
+    *JOB,
+    "topology.replay_shards=3",
+    "learner.updates_per_task=50",
+    "replay.learning_starts=300",
+]
+"""Compact tables (frames stored once, no next observations), one home shard per collector,
+and the open runs and kept-aside frames they checkpoint."""
+
 
 @pytest.mark.mpi
 @pytest.mark.parametrize(
     ("job", "updates"),
-    [(JOB, 2000), (MAPPO, 24), (QMIX, 60), (R2D2, 60)],
-    ids=["dqn", "mappo", "qmix", "r2d2"],
+    [(JOB, 2000), (MAPPO, 24), (QMIX, 60), (R2D2, 60), (STACKED, 400)],
+    ids=["dqn", "mappo", "qmix", "r2d2", "stacked"],
 )
 def test_a_resumed_run_equals_an_uninterrupted_one(
     tmp_path: Path, job: list[str], updates: int

@@ -298,6 +298,7 @@ BAD_VALUES = {
     "replay.samples_per_insert": -1,
     "replay.error_buffer": 0,
     "replay.insert_credits": 0,
+    "replay.stack_num": 0,
     "collector.fragment_length": 0,
     "collector.fragments_per_task": 0,
     "collector.weight_sync_fragments": 0,

@@ -1,0 +1,398 @@
+"""Compact transition storage: MALib's producer options as a way of storing rows, undone at
+sample time (DESIGN.md §7), never a second data path.
+
+Collectors send full transitions; a `CompactTable` keeps less of each and rebuilds the full
+rows when it samples:
+- frame stacks (`replay.stack_num` k): an observation is a stack of the run's last k frames,
+  newest last (flattened, so the newest frame is its last `obs_dim / k` values). Only the newest
+  frame is stored; a sampled row's stack is rebuilt from the frames of its predecessors in the
+  same run. The first row of a run keeps its whole stack (what the env or the frame stacker
+  padded it with), so stacks never reach across an episode's start.
+- `ignore_obs_next`: `next_observations` is not stored; it is rebuilt from the row's successor
+  in the same run. A row without one (an episode's last step, terminated or truncated, or the
+  newest step of a run still being collected) keeps its next observation aside.
+
+A run is one agent's steps in one episode (`episode_id`, `agent_id`), in `step` order. The links
+between a run's rows are not stored: they follow from those bookkeeping columns, so a resumed
+table rebuilds them. All rows of a run must reach the same table: collectors send every batch
+of such a group to one shard of their own.
+
+Where the ring has evicted a run's older rows, the frames before the oldest held row repeat it
+(the only rows whose stack is not exact: at most k - 1 per run at the ring's tail).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hpcmarl.replay.table import ReplayTable, SampleInfo
+
+RUN_COLUMNS = ("episode_id", "agent_id", "step")
+"""What identifies a run and orders its rows."""
+
+
+@dataclass(frozen=True)
+class StorageForm:
+    """How a transition table stores its rows."""
+
+    stack_num: int = 1
+    """Frames per observation stack; with k > 1 only the newest frame of each is stored."""
+    ignore_obs_next: bool = False
+    """Store no `next_observations`; rebuild them from the next row of the same run."""
+
+    @property
+    def compact(self) -> bool:
+        return self.stack_num > 1 or self.ignore_obs_next
+
+    def describe(self) -> str:
+        parts = [f"stack_num {self.stack_num}"] if self.stack_num > 1 else []
+        return ", ".join([*parts, *(["ignore_obs_next"] if self.ignore_obs_next else [])])
+
+
+def run_keys(episode_id: np.ndarray, agent_id: np.ndarray) -> np.ndarray:
+    """One int64 per run: episode ids are below 2^47 (collector index x 10^9 + count)."""
+    return episode_id.astype(np.int64) * 65_536 + agent_id.astype(np.int64)
+
+
+def stored_bytes_per_row(columns: dict[str, tuple[str, tuple[int, ...]]], form: StorageForm) -> int:
+    """Bytes one row takes in the table (without the side stores) for columns {name: (dtype,
+    shape)} of the full transition; the side stores add about a frame per episode."""
+    total = 0
+    for name, (dtype, shape) in columns.items():
+        width = int(np.prod(shape, dtype=np.int64))
+        if name in ("observations", "next_observations"):
+            if name == "next_observations" and form.ignore_obs_next:
+                continue
+            width //= form.stack_num
+        total += width * np.dtype(dtype).itemsize
+    return total
+
+
+class SideStore:
+    """Values kept aside for a few rows, keyed by insert id (ids arrive in increasing order).
+    Entries of evicted rows are dropped as the ring moves on; `discard` marks one dead."""
+
+    def __init__(self) -> None:
+        self.ids = np.zeros(0, np.int64)
+        self.values: np.ndarray | None = None
+        self.live = np.zeros(0, bool)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return int(self.live[: self._n].sum())
+
+    def add(self, ids: np.ndarray, values: np.ndarray) -> None:
+        """Keep `values` for rows `ids`; ids older than held ones are merged into order."""
+        if len(ids) == 0:
+            return
+        if self.values is None:
+            self.values = np.zeros((0, *values.shape[1:]), values.dtype)
+        if self._n and ids[0] <= self.ids[self._n - 1]:  # rare: merge, then keep the order
+            state = self.state()
+            merged = np.concatenate([state["ids"], ids])
+            order = np.argsort(merged, kind="stable")
+            all_values = np.concatenate([state["values"], values])
+            self.__init__()  # type: ignore[misc]
+            ids, values = merged[order], all_values[order]
+            self.values = np.zeros((0, *values.shape[1:]), values.dtype)
+        need = self._n + len(ids)
+        if need > len(self.ids):
+            grow = max(need, 2 * len(self.ids), 64)
+            self.ids = np.resize(self.ids, grow)
+            self.live = np.resize(self.live, grow)
+            self.values = np.resize(self.values, (grow, *self.values.shape[1:]))
+        self.ids[self._n : need] = ids
+        self.values[self._n : need] = values
+        self.live[self._n : need] = True
+        self._n = need
+
+    def discard(self, ids: np.ndarray) -> None:
+        """Mark the entries of `ids` dead (those present)."""
+        if len(ids) == 0 or self._n == 0:
+            return
+        at = np.minimum(np.searchsorted(self.ids[: self._n], ids), self._n - 1)
+        self.live[at[self.ids[at] == ids]] = False
+
+    def get(self, ids: np.ndarray) -> np.ndarray:
+        """The values of `ids`, every one of which must be held."""
+        assert self.values is not None
+        at = np.searchsorted(self.ids[: self._n], ids)
+        if np.any(at >= self._n) or np.any(self.ids[np.minimum(at, self._n - 1)] != ids):
+            raise KeyError("a compact table lost a row's kept-aside value; this is a bug")
+        return self.values[at]
+
+    def drop_before(self, oldest: int) -> None:
+        """Forget entries of rows older than `oldest` and dead ones, once they are a good part."""
+        n = self._n
+        keep = self.live[:n] & (self.ids[:n] >= oldest)
+        if n < 64 or keep.sum() > n // 2:
+            self.live[:n] &= self.ids[:n] >= oldest
+            return
+        self.ids, self.live = self.ids[:n][keep], self.live[:n][keep]
+        assert self.values is not None
+        self.values = self.values[:n][keep]
+        self._n = len(self.ids)
+
+    def nbytes(self) -> int:
+        values = 0 if self.values is None else self.values.nbytes
+        return self.ids.nbytes + self.live.nbytes + values
+
+    def state(self) -> dict[str, np.ndarray]:
+        keep = self.live[: self._n]
+        state = {"ids": self.ids[: self._n][keep]}
+        if self.values is not None:
+            state["values"] = self.values[: self._n][keep]
+        return state
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        self.__init__()  # type: ignore[misc]
+        if "values" in state:
+            self.add(np.asarray(state["ids"], np.int64), np.asarray(state["values"]))
+
+
+class CompactTable:
+    """A `ReplayTable` holding transitions in a `StorageForm`; `insert` takes and `sample`
+    returns full rows, as if the table stored them whole."""
+
+    def __init__(self, table: ReplayTable, form: StorageForm) -> None:
+        self.table, self.form = table, form
+        capacity = table.capacity
+        self._prev = np.full(capacity, -1, np.int64)
+        """Slot -> insert id of the row before it in its run (-1: the run starts here)."""
+        self._next = np.full(capacity, -1, np.int64)
+        """Slot -> insert id of the row after it in its run (-1: none held yet)."""
+        self._open: dict[int, int] = {}
+        """Run key -> insert id of its newest row, for runs that have not ended."""
+        self.first_stacks = SideStore()
+        """Whole observation stacks of the rows that start a run (stack_num > 1)."""
+        self.next_frames = SideStore()
+        """Next observations (their newest frame) of rows with no successor (ignore_obs_next)."""
+
+    # The table's counters, as the shard and its checkpoint read them.
+    @property
+    def capacity(self) -> int:
+        return self.table.capacity
+
+    @property
+    def size(self) -> int:
+        return self.table.size
+
+    @property
+    def total_inserted(self) -> int:
+        return self.table.total_inserted
+
+    @property
+    def evicted(self) -> int:
+        return self.table.evicted
+
+    @property
+    def prioritized(self) -> bool:
+        return self.table.prioritized
+
+    def nbytes(self) -> int:
+        """Bytes this table holds: its columns, links and kept-aside values."""
+        side = sum(store.nbytes() for _, store in self._stores())
+        return self.table.nbytes() + self._prev.nbytes + self._next.nbytes + side
+
+    def update_priorities(
+        self, indices: np.ndarray, insert_ids: np.ndarray, td_errors: np.ndarray
+    ) -> int:
+        return self.table.update_priorities(indices, insert_ids, td_errors)
+
+    def insert(self, batch: dict[str, np.ndarray]) -> None:
+        """Store the batch's rows in compact form and link them into their runs."""
+        n, capacity = len(batch["rewards"]), self.capacity
+        if n > capacity:  # only the newest rows would stay: count the rest as evicted at once
+            batch = {name: column[n - capacity :] for name, column in batch.items()}
+            self.table.skip(n - capacity)
+            n = capacity
+        first_id = self.table.total_inserted
+        ids = first_id + np.arange(n, dtype=np.int64)
+        oldest = first_id + n - min(self.size + n, capacity)  # the oldest row held afterwards
+        self._pass_on_stacks(oldest)
+        keys = run_keys(batch["episode_id"], batch["agent_id"])
+        order = np.lexsort((batch["step"], keys))
+        same = keys[order[1:]] == keys[order[:-1]]
+        if np.any(order[1:][same] < order[:-1][same]):  # a run's rows out of step order
+            batch, keys, order = self._in_step_order(batch)
+        prev = np.full(n, -1, np.int64)
+        nxt = np.full(n, -1, np.int64)
+        prev[order[1:][same]] = ids[order[:-1][same]]
+        nxt[order[:-1][same]] = ids[order[1:][same]]
+        edges = np.concatenate([[True], ~same, [True]]) if n else np.ones(1, bool)
+        ended = batch["terminations"] | batch["truncations"]
+        joined: list[tuple[int, int]] = []  # (held row, its successor in this batch)
+        for row in order[edges[:-1]]:  # each run's first row here: does a held row precede it?
+            before = self._open.pop(int(keys[row]), -1)
+            if before >= oldest:
+                prev[row] = before
+                joined.append((before, int(ids[row])))
+        for row in order[edges[1:]]:  # each run's last row here
+            if not ended[row]:
+                self._open[int(keys[row])] = int(ids[row])
+        if len(self._open) > 4096:
+            self._open = {key: i for key, i in self._open.items() if i >= oldest}
+        self.table.insert(self._stored(batch))
+        slots = ids % capacity
+        self._prev[slots], self._next[slots] = prev, nxt
+        if joined:
+            held, successors = np.asarray(joined, np.int64).T
+            self._next[held % capacity] = successors
+            self.next_frames.discard(held)
+        self._keep_aside(batch, ids, prev, nxt)
+        self.first_stacks.drop_before(oldest)
+        self.next_frames.drop_before(oldest)
+
+    @staticmethod
+    def _in_step_order(
+        batch: dict[str, np.ndarray],
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """The batch with its rows in step order (a stable sort), so that each run's rows get
+        increasing insert ids: a row's successor then never leaves the ring before it."""
+        by_step = np.argsort(batch["step"], kind="stable")
+        batch = {name: column[by_step] for name, column in batch.items()}
+        keys = run_keys(batch["episode_id"], batch["agent_id"])
+        return batch, keys, np.lexsort((batch["step"], keys))
+
+    def _pass_on_stacks(self, oldest: int) -> None:
+        """Before the ring evicts the rows older than `oldest`: a held row whose predecessor goes
+        becomes its run's first held row, and keeps its whole stack (rebuilt while the frames
+        it needs are still there), so every held row's stack stays exact."""
+        if self.form.stack_num == 1 or self.size == 0:
+            return
+        held_from = self.table.total_inserted - self.size
+        if oldest <= held_from:
+            return
+        leaving = np.arange(held_from, min(oldest, self.table.total_inserted))
+        heirs = self._next[leaving % self.capacity]
+        heirs = np.unique(heirs[heirs >= oldest])
+        if len(heirs):
+            newest = self.table.column("observations")[heirs % self.capacity]
+            self.first_stacks.add(heirs, self._stacks(heirs, newest))
+            self._prev[heirs % self.capacity] = -1
+
+    def _stored(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        stored = dict(batch)
+        k = self.form.stack_num
+        if k > 1:
+            frame = batch["observations"].shape[1] // k
+            stored["observations"] = batch["observations"][:, -frame:]
+            if not self.form.ignore_obs_next:
+                stored["next_observations"] = batch["next_observations"][:, -frame:]
+        if self.form.ignore_obs_next:
+            del stored["next_observations"]
+        return stored
+
+    def _keep_aside(
+        self, batch: dict[str, np.ndarray], ids: np.ndarray, prev: np.ndarray, nxt: np.ndarray
+    ) -> None:
+        if self.form.stack_num > 1:
+            starts = np.flatnonzero(prev < 0)
+            self.first_stacks.add(ids[starts], batch["observations"][starts])
+        if self.form.ignore_obs_next:
+            frame = batch["observations"].shape[1] // self.form.stack_num
+            alone = np.flatnonzero(nxt < 0)
+            self.next_frames.add(ids[alone], batch["next_observations"][alone, -frame:])
+
+    def sample(self, n: int) -> tuple[dict[str, np.ndarray], SampleInfo]:
+        """Draw `n` rows as `ReplayTable.sample` does and return them whole."""
+        columns, info = self.table.sample(n)
+        return self.rebuild(columns, info.insert_ids), info
+
+    def rebuild(self, columns: dict[str, np.ndarray], ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Full rows from the stored columns of the rows `ids`."""
+        frames = columns["observations"]
+        if self.form.stack_num > 1:
+            columns["observations"] = self._stacks(ids, frames)
+        if self.form.ignore_obs_next:
+            after = self._next[ids % self.capacity]
+            newest = np.empty_like(frames)
+            held = after >= 0
+            newest[held] = self.table.column("observations")[after[held] % self.capacity]
+            if not held.all():
+                newest[~held] = self.next_frames.get(ids[~held])
+        else:
+            newest = columns["next_observations"]
+        if self.form.stack_num > 1:
+            frame = frames.shape[1]
+            columns["next_observations"] = np.concatenate(
+                [columns["observations"][:, frame:], newest], axis=1
+            )
+        else:
+            columns["next_observations"] = newest
+        return columns
+
+    def _stacks(self, ids: np.ndarray, newest: np.ndarray) -> np.ndarray:
+        """The observation stacks of rows `ids`, oldest frame first, from the stored frames."""
+        k, (n, frame) = self.form.stack_num, newest.shape
+        stacks = np.empty((n, k, frame), newest.dtype)
+        stacks[:, k - 1] = newest
+        stored = self.table.column("observations")
+        cursor = ids.copy()
+        depth = np.zeros(n, np.int64)  # steps from each sampled row back to `cursor`
+        oldest = self.table.total_inserted - self.size
+        for j in range(k - 2, -1, -1):
+            before = self._prev[cursor % self.capacity]
+            step = before >= oldest
+            cursor[step], depth[step] = before[step], depth[step] + 1
+            stacks[step, j] = stored[cursor[step] % self.capacity]
+            start = (before < 0) & ~step  # a run's first row: its own stack has the frame
+            if start.any():
+                rows = np.flatnonzero(start)
+                whole = self.first_stacks.get(cursor[rows]).reshape(len(rows), k, frame)
+                stacks[rows, j] = whole[np.arange(len(rows)), j + depth[rows]]
+            evicted = ~step & ~start  # the run's older rows are gone: repeat the oldest held
+            stacks[evicted, j] = stacks[evicted, j + 1]
+        return stacks.reshape(n, k * frame)
+
+    def state(self) -> dict[str, np.ndarray]:
+        """The table's state, its kept-aside values and its open runs, as plain arrays."""
+        state = self.table.state()
+        for prefix, store in self._stores():
+            state.update({prefix + k: v for k, v in store.state().items()})
+        state["open_runs"] = np.array(sorted(self._open.items()), np.int64).reshape(-1, 2)
+        state["storage_form"] = np.array(
+            [self.form.stack_num, int(self.form.ignore_obs_next)], np.int64
+        )
+        return state
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restore a `state()`; the links follow from the rows' bookkeeping columns."""
+        form = [int(v) for v in state.get("storage_form", [1, 0])]
+        if form != [self.form.stack_num, int(self.form.ignore_obs_next)]:
+            raise ValueError(
+                f"the checkpoint's table stores stack_num {form[0]}, ignore_obs_next "
+                f"{bool(form[1])}; this job asks for {self.form.describe() or 'full rows'}"
+            )
+        table_state = {
+            k: v
+            for k, v in state.items()
+            if not k.startswith(("first_stacks/", "next_frames/", "open_runs", "storage_form"))
+        }
+        self.table.load_state(table_state)
+        for prefix, store in self._stores():
+            store.load_state(
+                {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
+            )
+        self._open = {int(k): int(i) for k, i in np.asarray(state["open_runs"]).reshape(-1, 2)}
+        self._relink()
+
+    def _stores(self) -> tuple[tuple[str, SideStore], ...]:
+        return (("first_stacks/", self.first_stacks), ("next_frames/", self.next_frames))
+
+    def _relink(self) -> None:
+        """Rebuild the links of every held row from its run and step."""
+        self._prev.fill(-1)
+        self._next.fill(-1)
+        if self.size == 0:
+            return
+        ids = np.arange(self.table.total_inserted - self.size, self.table.total_inserted)
+        slots = ids % self.capacity
+        column = self.table.column
+        keys = run_keys(column("episode_id")[slots], column("agent_id")[slots])
+        order = np.lexsort((column("step")[slots], keys))
+        same = keys[order[1:]] == keys[order[:-1]]
+        self._prev[slots[order[1:][same]]] = ids[order[:-1][same]]
+        self._next[slots[order[:-1][same]]] = ids[order[1:][same]]
