@@ -64,9 +64,19 @@ class Table:
     rows: int
     datasets: dict[str, h5py.Dataset]
     priorities: h5py.Dataset | None = None
+    compact: bool = False
+    """A checkpoint table in compact form (replay.stack_num, ignore_obs_next): its observations
+    are single frames and it may hold no next observations."""
 
     def require(self, names: tuple[str, ...]) -> None:
         """Refuse a table that lacks a column the caller needs (an empty log group has none)."""
+        if self.compact and any(n in TRANSITION_COLUMNS for n in names):
+            raise StorageError(
+                f"{self.file}: {self.group} stores compact transitions (replay.stack_num or "
+                "replay.ignore_obs_next): single frames, maybe no next observations",
+                "export the run's replay logs (RUN_DIR/replay/, from replay_log.enabled=true), "
+                "which hold full rows",
+            )
         missing = [n for n in names if n not in self.datasets]
         if self.rows and missing:
             raise StorageError(
@@ -332,7 +342,8 @@ def _checkpoint_source(folder: Path, opened: list[tuple[Path, h5py.File]]) -> So
             if spec is not None and spec.joint:
                 tables.append(JointTable(file, sub.name, policy, datasets, priorities, spec))
             else:
-                tables.append(Table(file, sub.name, policy, rows, datasets, priorities))
+                compact = "storage_form" in sub
+                tables.append(Table(file, sub.name, policy, rows, datasets, priorities, compact))
     if queues and not tables:
         raise StorageError(
             f"{opened[0][0]} holds only on-policy fragment queues, no transition tables",

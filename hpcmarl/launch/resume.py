@@ -15,7 +15,12 @@ from typing import Any
 from ..config.schema import JobConfig
 from ..core import Role
 from ..errors import UserError
-from ..replay.redistribute import deal_limiters, deal_queues, deal_tables
+from ..replay.redistribute import (
+    deal_compact_tables,
+    deal_limiters,
+    deal_queues,
+    deal_tables,
+)
 from ..roles.coordinator import RESUMABLE_CHANGES, config_digest
 from ..roles.state_tree import flatten, nest
 from ..storage.checkpoint import Checkpoint, checkpoint_path, has_checkpoints, latest_checkpoint
@@ -84,14 +89,10 @@ def redeal_replay(checkpoint: Checkpoint, shards: list[str], capacity: int) -> d
             for name, queue in zip(shards, deal_queues(states, len(shards)), strict=True):
                 out[name]["tables"][group] = nest(queue)
             continue
-        if "storage_form" in states[0]:
-            raise UserError(
-                f"the checkpoint's {group!r} tables store compact transitions (replay.stack_num "
-                f"or replay.ignore_obs_next), whose runs cannot yet be dealt over {len(shards)} "
-                f"shards instead of {len(saved)}",
-                f"resume with topology.replay_shards={len(saved)}",
-            )
-        tables = deal_tables(states, len(shards), capacity)
+        if "storage_form" in states[0]:  # compact transitions: each run whole on one shard
+            tables = deal_compact_tables(states, len(shards), capacity)
+        else:
+            tables = deal_tables(states, len(shards), capacity)
         limiters = deal_limiters([t["limiters"][group] for t in trees], len(shards))
         for name, table, limiter in zip(shards, tables, limiters, strict=True):
             out[name]["tables"][group], out[name]["limiters"][group] = nest(table), limiter

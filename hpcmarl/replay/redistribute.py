@@ -6,6 +6,10 @@ tables' rows are merged in approximate age order (each table's rows are oldest f
 different tables are interleaved by their relative position) and dealt round robin, so every
 new shard holds a similar mix of old and new data. Priorities travel with their rows; a new
 table that would overflow its capacity keeps its newest rows, counted as evicted.
+
+Compact transition tables (`replay.compact`) are dealt by run instead: each run (one agent's
+episode) goes whole to one new shard, since a stack or a next observation is rebuilt from the
+run's other rows. Their rows are rebuilt in full, dealt, and stored compactly again.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from .compact import CompactTable, StorageForm, run_keys
+from .table import ReplayTable
 
 COLUMN = "column/"
 
@@ -108,5 +115,54 @@ def deal_queues(states: list[dict[str, Any]], n_out: int) -> list[dict[str, Any]
         counters = summed.copy() if j == 0 else np.zeros_like(summed)
         counters[0] = len(mine)  # total_inserted: the next id
         state["queue_counters"] = counters
+        out.append(state)
+    return out
+
+
+def deal_compact_tables(
+    states: list[dict[str, Any]], n_out: int, capacity: int
+) -> list[dict[str, Any]]:
+    """`CompactTable.state()` dicts of the saved shards -> `n_out` states, each run whole on
+    one new shard (runs dealt round robin in the age order of their first rows)."""
+    stack_num, ignore = (int(v) for v in states[0]["storage_form"])
+    form = StorageForm(stack_num=stack_num, ignore_obs_next=bool(ignore))
+    prioritized = "priorities" in states[0]
+    rows, ages, priorities = [], [], []
+    for state in states:
+        held = len(state["insert_ids"])
+        if held == 0:
+            continue
+        saved = CompactTable(ReplayTable(held, prioritized=prioritized), form)
+        saved.load_state(state)
+        ids = np.asarray(state["insert_ids"], np.int64)
+        columns = {
+            k[len(COLUMN) :]: np.asarray(v) for k, v in state.items() if k.startswith(COLUMN)
+        }
+        rows.append(saved.rebuild(columns, ids))
+        ages.append((np.arange(held) + 0.5) / held)
+        if prioritized:
+            priorities.append(np.asarray(state["priorities"]))
+    evicted = sum(int(s["counters"][1]) for s in states)
+    merged = {name: np.concatenate([r[name] for r in rows]) for name in rows[0]} if rows else {}
+    order = np.argsort(np.concatenate(ages), kind="stable") if rows else np.zeros(0, np.int64)
+    shard = np.zeros(0, np.int64)
+    if rows:
+        key = run_keys(merged["episode_id"], merged["agent_id"])[order]
+        runs, first_row, run_of_row = np.unique(key, return_index=True, return_inverse=True)
+        rank = np.empty(len(runs), np.int64)  # runs numbered by the age of their first row
+        rank[np.argsort(first_row, kind="stable")] = np.arange(len(runs))
+        shard = rank[run_of_row.reshape(-1)] % n_out
+    out = []
+    for j in range(n_out):
+        mine = order[shard == j]
+        table = CompactTable(ReplayTable(capacity, prioritized=prioritized), form)
+        table.table.skip(evicted // n_out)
+        if len(mine):
+            table.insert({name: column[mine] for name, column in merged.items()})
+        state = table.state()
+        if prioritized and len(mine):
+            state["priorities"] = np.concatenate(priorities)[mine[len(mine) - table.size :]]
+            state["max_priority"] = np.array(max(float(s["max_priority"]) for s in states))
+        state["rng"] = states[j % len(states)]["rng"]
         out.append(state)
     return out

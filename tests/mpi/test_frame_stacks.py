@@ -3,7 +3,9 @@ velocities, acting on stacks of its last 4 observations (`replay.stack_num`), wi
 store each frame once and no next observations (`replay.ignore_obs_next`), learns what a single
 frame cannot tell it: it passes 100 by 20k env steps (about 150 at 15k) where the same DQN on
 single frames stays near 45 (tests/mpi/test_recurrent.py holds it below 90). Two collectors
-feed two shards, one each; the run checkpoints, resumes and its tables come back as stored."""
+feed two shards, one each; the run checkpoints and resumes on one shard, its runs dealt whole.
+An env that stacks its own frames, stored with `replay.save_only_last_obs`, trains exactly as
+the same env stacked by hpcmarl."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import pytest
 
 from hpcmarl.storage.checkpoint import latest_checkpoint
 
-from .conftest import run_mpi
+from ..checkpoint.test_deterministic import rounds
+from .conftest import run_local, run_mpi
 from .test_train import finished_line
 
 JOB = [
@@ -27,6 +30,8 @@ JOB = [
     "topology.learners=1",
     "replay.samples_per_insert=32",
 ]
+RESHARD = "topology.replay_shards=1"
+"""The resumed run deals the two shards' runs, each whole, to one."""
 
 
 def evals(run_dir: Path) -> list[float]:
@@ -52,11 +57,45 @@ def test_stacked_frames_let_a_feed_forward_dqn_balance_without_velocities(tmp_pa
             assert table["column/observations"].shape[1] == 2  # one frame, not four
             assert "next_observations" not in table["column"]
             assert len(table["column/rewards"]) > 1000  # each shard was fed by its collector
+    export = run_local(
+        ["-m", "hpcmarl", "export", str(checkpoint.path / "replay0.h5"), "--format", "d4rl"],
+        timeout=60,
+    )
+    assert export.returncode == 2 and "stores compact transitions" in export.stderr
+    assert "export the run's replay logs" in export.stderr
     resumed = run_mpi(
-        1, ["-m", "hpcmarl", "resume", str(tmp_path), "commander.max_env_steps=20000"], timeout=400
+        1,
+        ["-m", "hpcmarl", "resume", str(tmp_path), "commander.max_env_steps=20000", RESHARD],
+        timeout=400,
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resumed from checkpoint" in resumed.stdout
     assert "step budget reached" in finished_line(resumed.stdout)
     curve = evals(tmp_path)
     assert max(curve) > 100, curve
+
+
+@pytest.mark.mpi
+def test_an_env_that_stacks_its_own_frames_trains_as_one_stacked_for_it(tmp_path: Path) -> None:
+    """Deterministic runs: the env's own stacks (first axis 4), of which the tables keep the
+    newest frame, against hpcmarl stacking the single frames; every round's figures equal."""
+    quick = [
+        *JOB,
+        "commander.deterministic=true",
+        "commander.max_updates=600",
+        "learner.updates_per_task=50",
+        "replay.learning_starts=300",
+        "checkpoint.interval_s=0",
+    ]
+    own = [
+        "env.id=hpcmarl.envs.partial:CartPoleNoVelocityStacked-v1",
+        "replay.save_only_last_obs=true",
+    ]
+    runs = {"stacked for it": [], "own stacks": own}
+    for name, extra in runs.items():
+        args = ["-m", "hpcmarl", *quick, *extra, f"runtime.run_dir={tmp_path / name}"]
+        result = run_mpi(1, args, timeout=300)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "replay stores 44 B per transition" in result.stdout
+    assert rounds(tmp_path / "own stacks") == rounds(tmp_path / "stacked for it")
+    assert len(rounds(tmp_path / "own stacks")) >= 10

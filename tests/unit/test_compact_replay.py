@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcmarl.replay.compact import CompactTable, StorageForm, stored_bytes_per_row
+from hpcmarl.replay.compact import CompactTable, StorageForm, run_keys, stored_bytes_per_row
+from hpcmarl.replay.redistribute import deal_compact_tables
 from hpcmarl.replay.table import ReplayTable
 
 FRAME = 3
@@ -152,3 +153,35 @@ def test_stack_4_without_next_observations_stores_under_a_third() -> None:
     compact = stored_bytes_per_row(columns, StorageForm(stack_num=4, ignore_obs_next=True))
     assert full == 2 * 4096 + 36 and compact == 1024 + 36
     assert compact <= 0.3 * full
+
+
+@pytest.mark.parametrize("n_out", [1, 3])
+def test_resharded_tables_keep_each_run_whole_and_every_row_exact(n_out: int) -> None:
+    """Two saved shards (each fed by its own collector) dealt over `n_out` new ones."""
+    form = StorageForm(stack_num=4, ignore_obs_next=True)
+    states, sent = [], {}
+    for source in range(2):
+        batches, rows = collect(4, "zeros", seed=10 + source)
+        for batch in batches:
+            batch["episode_id"] = batch["episode_id"] + 1_000_000 * source
+        sent.update({(e + 1_000_000 * source, a, t): r for (e, a, t), r in rows.items()})
+        for row in rows.values():
+            row["episode_id"] = row["episode_id"] + 1_000_000 * source
+        table = CompactTable(ReplayTable(400, prioritized=True, seed=source), form)
+        for batch in batches[:-1]:  # the last batch's runs stay open
+            table.insert(batch)
+        states.append(table.state())
+    held = sum(len(s["insert_ids"]) for s in states)
+    dealt = deal_compact_tables(states, n_out, capacity=1_000)
+    runs_seen: dict[int, int] = {}
+    for j, state in enumerate(dealt):
+        table = CompactTable(ReplayTable(1_000, prioritized=True), form)
+        table.load_state(state)
+        assert len(state["priorities"]) == table.size
+        ids = np.arange(table.total_inserted - table.size, table.total_inserted)
+        stored = {name: table.table.column(name)[ids % 1_000] for name in table.table.columns}
+        columns = table.rebuild(stored, ids)
+        assert_rows_sent(columns, sent)
+        for key in set(run_keys(columns["episode_id"], columns["agent_id"]).tolist()):
+            assert runs_seen.setdefault(key, j) == j  # a run lives on one new shard
+    assert sum(len(s["insert_ids"]) for s in dealt) == held
