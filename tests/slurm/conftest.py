@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,14 +43,8 @@ def _unavailable() -> str:
     return ""
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> None:
-    """Installs (when missing) and starts the cluster once per session; idempotent."""
-    reason = _unavailable()
-    if reason and os.environ.get("CI") == "true":
-        pytest.fail(f"tests/slurm cannot run under CI: {reason}")
-    if reason:
-        pytest.skip(reason)
+def start_cluster() -> str:
+    """Install (when missing) and start the cluster; idempotent. What went wrong, or ''."""
     if os.environ.get("HPCMARL_SLURM_ETC"):
         os.environ["SLURM_CONF"] = os.path.join(os.environ["HPCMARL_SLURM_ETC"], "slurm.conf")
     done = subprocess.run(
@@ -58,7 +54,21 @@ def slurm_cluster() -> None:
         timeout=600,
     )
     if done.returncode != 0:
-        pytest.fail(f"tools/install_slurm.sh failed:\n{done.stdout}\n{done.stderr}")
+        return f"tools/install_slurm.sh failed:\n{done.stdout}\n{done.stderr}"
+    return ""
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    """Installs (when missing) and starts the cluster once per session."""
+    reason = _unavailable()
+    if reason and os.environ.get("CI") == "true":
+        pytest.fail(f"tests/slurm cannot run under CI: {reason}")
+    if reason:
+        pytest.skip(reason)
+    problem = start_cluster()
+    if problem:
+        pytest.fail(problem)
 
 
 @dataclass
@@ -160,3 +170,99 @@ def submit(slurm_cluster: None, tmp_path: Path) -> Iterator[Submitter]:
         yield submitter
     finally:
         submitter.cancel_all()
+
+
+SMALL = ["--ntasks=4", "--overcommit"]
+QUICK = ["commander.stop_value=null", "topology.collectors=2"]
+TIME_LIMITED = {
+    "dqn": (JOB, 75),
+    "mappo": (ROOT / "jobs" / "spread_mappo.yaml", 70),
+    "psro": (ROOT / "jobs" / "kuhn_psro.yaml", 70),
+}
+"""The time-limit cycle's jobs: a job file each and its budget on the training clock (which a
+resumed run continues), more than a first 1-minute allocation can do."""
+
+
+class TimeLimitCycle:
+    """The three time-limit jobs, submitted together as soon as the session has collected them
+    and run side by side (the partition lets jobs share cores) while the rest of the suite
+    runs: each mostly waits for its 1-minute limit. Every one must checkpoint at the signal,
+    exit 75 and be requeued once; each requeued run gets 4 minutes at once, so it finishes
+    inside one allocation with no second signal cycle."""
+
+    DEADLINE_S = 420
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, Job] = {}
+        self.problem = ""
+        self.workdir: Path | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="slurm-time-limit", daemon=True)
+            self._thread.start()
+
+    def result(self) -> dict[str, Job]:
+        """The jobs once all have finished (or the deadline passed); fails on a set-up error."""
+        self.start()
+        assert self._thread is not None
+        self._thread.join(timeout=self.DEADLINE_S + 660)
+        if self.problem:
+            pytest.fail(self.problem)
+        return self.jobs
+
+    def cancel(self) -> None:
+        ids = [job.id for job in self.jobs.values()]
+        if ids:
+            subprocess.run(["scancel", *ids], capture_output=True, timeout=60)
+
+    def _run(self) -> None:
+        try:
+            self.problem = _unavailable() or start_cluster()
+            if self.problem:
+                return
+            self.workdir = Path(tempfile.mkdtemp(prefix="hpcmarl-time-limit-"))
+            submit = Submitter(self.workdir)
+            for name, (job_file, budget) in TIME_LIMITED.items():
+                self.jobs[name] = submit(
+                    [*SMALL, "--time=1", "--signal=B:USR1@5"],
+                    [f"commander.max_wall_time_s={budget}", "commander.max_env_steps=10000000"]
+                    + QUICK,
+                    job_file=job_file,
+                )
+            self._see_through()
+        except BaseException as err:  # noqa: BLE001 - reported by the tests that wait on it
+            self.problem = f"the time-limit jobs could not be run: {err!r}"
+
+    def _see_through(self) -> None:
+        extended: set[str] = set()
+        deadline = time.monotonic() + self.DEADLINE_S
+        while time.monotonic() < deadline:
+            for job in self.jobs.values():
+                job.refresh()
+                if job.restarts >= 1 and job.id not in extended:
+                    update = ["scontrol", "update", f"JobId={job.id}", "TimeLimit=4"]
+                    subprocess.run(update, check=True, capture_output=True, timeout=60)
+                    extended.add(job.id)
+            if all(job.state in FINAL_STATES for job in self.jobs.values()):
+                return
+            time.sleep(1.0)
+
+
+TIME_LIMIT_CYCLE = TimeLimitCycle()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the time-limit jobs at once when the session will check them."""
+    if any("time_limited" in getattr(item, "fixturenames", ()) for item in session.items):
+        TIME_LIMIT_CYCLE.start()
+
+
+@pytest.fixture(scope="session")
+def time_limited(slurm_cluster: None) -> Iterator[dict[str, Job]]:
+    """The finished time-limit jobs (`TimeLimitCycle`), by name."""
+    try:
+        yield TIME_LIMIT_CYCLE.result()
+    finally:
+        TIME_LIMIT_CYCLE.cancel()

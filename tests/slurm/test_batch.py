@@ -11,21 +11,15 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .conftest import FINAL_STATES, JOB, ROOT, Job, Submitter
+from .conftest import FINAL_STATES, QUICK, SMALL, Job, Submitter
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--ntasks=4", "--overcommit"]
-QUICK = ["commander.stop_value=null", "topology.collectors=2"]
 PROGRESS = "hpcmarl:  "  # the commander's progress lines: training has started
-MAPPO = ROOT / "jobs" / "spread_mappo.yaml"
-PSRO = ROOT / "jobs" / "kuhn_psro.yaml"
 
 
 def run_dir(submit: Submitter, job: Job) -> Path:
@@ -45,49 +39,9 @@ def test_job_that_finishes_exits_0(submit: Submitter, launcher: str) -> None:
     job.expect("topology for 4 rank(s)" in log, f"{launcher} did not start 4 ranks of one world")
 
 
-TIME_LIMITED = {"dqn": (JOB, 75), "mappo": (MAPPO, 70), "psro": (PSRO, 70)}
-"""The time-limit cycle's jobs: a job file each and its budget on the training clock (which a
-resumed run continues), more than a first 1-minute allocation can do."""
-
-
-@pytest.fixture(scope="module")
-def time_limited(
-    slurm_cluster: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Job]]:
-    """The three time-limit jobs, submitted together and run side by side (the partition lets
-    jobs share cores), since each mostly waits for its 1-minute limit: every one must checkpoint
-    at the signal, exit 75 and be requeued once. Each requeued run gets 4 minutes at once, so
-    it finishes inside one allocation with no second signal cycle."""
-    submit = Submitter(tmp_path_factory.mktemp("time-limit"))
-    jobs = {
-        name: submit(
-            [*SMALL, "--time=1", "--signal=B:USR1@5"],
-            [f"commander.max_wall_time_s={budget}", "commander.max_env_steps=10000000", *QUICK],
-            job_file=job_file,
-        )
-        for name, (job_file, budget) in TIME_LIMITED.items()
-    }
-    extended: set[str] = set()
-    deadline = time.monotonic() + 420
-    try:
-        while time.monotonic() < deadline:
-            for job in jobs.values():
-                job.refresh()
-                if job.restarts >= 1 and job.id not in extended:
-                    update = ["scontrol", "update", f"JobId={job.id}", "TimeLimit=4"]
-                    subprocess.run(update, check=True)
-                    extended.add(job.id)
-            if all(job.state in FINAL_STATES for job in jobs.values()):
-                break
-            time.sleep(1.0)
-        yield jobs
-    finally:
-        submit.cancel_all()
-
-
 def requeued_once(job: Job) -> str:
     """The job's log, once it is known to have been requeued once and then to have finished."""
-    job.expect(job.state in FINAL_STATES, "not finished within 420 s")
+    job.expect(job.state in FINAL_STATES, "not finished within the cycle's deadline")
     job.expect(job.restarts == 1, f"requeued {job.restarts} times instead of once")
     job.expect(job.state == "COMPLETED" and job.exit_code == 0, "resumed run did not exit 0")
     return job.text()
