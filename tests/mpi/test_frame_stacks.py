@@ -10,6 +10,7 @@ the same env stacked by hpcmarl."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import h5py
@@ -65,12 +66,13 @@ def test_stacked_frames_let_a_feed_forward_dqn_balance_without_velocities(tmp_pa
     assert "export the run's replay logs" in export.stderr
     resumed = run_mpi(
         1,
-        ["-m", "hpcmarl", "resume", str(tmp_path), "commander.max_env_steps=20000", RESHARD],
+        ["-m", "hpcmarl", "resume", str(tmp_path), "commander.max_env_steps=20000", RESHARD]
+        + ["commander.stop_value=100.1"],  # the first evaluation past 100 ends it
         timeout=400,
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resumed from checkpoint" in resumed.stdout
-    assert "step budget reached" in finished_line(resumed.stdout)
+    assert re.search("stop_value reached|step budget reached", finished_line(resumed.stdout))
     curve = evals(tmp_path)
     assert max(curve) > 100, curve
 

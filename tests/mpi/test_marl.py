@@ -10,6 +10,7 @@ standard errors above random, and well below what the budget reaches.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -38,11 +39,13 @@ def evals(run_dir: Path) -> list[dict]:
 def run_above_floor(
     tmp_path: Path, job: str, ranks: int, budget: list[str], floor: float
 ) -> list[dict]:
-    """Run `job` to its step budget; its best evaluation must beat `floor`. The evaluations."""
-    args = ["-m", "hpcmarl", job, *budget, f"runtime.run_dir={tmp_path}"]
+    """Run `job` until an evaluation beats `floor` (its stop value), at most to its step
+    budget; its best evaluation must beat `floor`. The evaluations."""
+    stop = f"commander.stop_value={floor + 0.1}"
+    args = ["-m", "hpcmarl", job, *budget, stop, f"runtime.run_dir={tmp_path}"]
     result = run_mpi(ranks, args, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "step budget reached" in finished_line(result.stdout)
+    assert re.search("stop_value reached|step budget reached", finished_line(result.stdout))
     check_run_dir(tmp_path)
     rows = evals(tmp_path)
     best = max(r["return_mean"] for r in rows)
