@@ -1,5 +1,7 @@
 """R2D2 on the velocity-free CartPole: greedy eval return against env steps and wall time,
-beside a feed-forward DQN on the same budget and the random policy, measured in one run.
+beside a feed-forward DQN on the same budget, the same DQN given 4 stacked frames
+(`jobs/cartpole_novel_stacked.yaml`: `replay.stack_num` 4, `ignore_obs_next`) and the random
+policy, measured in one run.
 
 Only the cart position and the pole angle are observed (`hpcmarl.envs.partial`), so a policy
 without memory cannot tell which way the pole is moving. For each world size this runs
@@ -13,6 +15,7 @@ The baselines measured here:
   divided by (`*_throughput_ratio`).
 
     .venv/bin/python tools/bench_r2d2.py [--ranks 1 4] [--budget 300000] [--seed 0]
+                                         [--runs r2d2 dqn stacked]
 
 Prints one table row per run, the eval curves, and, as its last line, one JSON object.
 """
@@ -36,6 +39,7 @@ ENV_ID = "hpcmarl.envs.partial:CartPoleNoVelocity-v1"
 RUNS = {
     "r2d2": ["jobs/cartpole_novel_r2d2.yaml"],
     "dqn": ["jobs/cartpole_dqn.yaml", f"env.id={ENV_ID}", "replay.samples_per_insert=8"],
+    "stacked": ["jobs/cartpole_novel_stacked.yaml"],
 }
 """The DQN is the default job on the same env with 8 samples per insert instead of 64: its
 plateau (about 45) does not move with more updates, which would take an hour to 300k steps."""
@@ -121,6 +125,7 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=300_000, help="env steps per run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bare-seconds", type=float, default=10.0)
+    parser.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS))
     args = parser.parse_args()
 
     random = random_return(200, args.seed)
@@ -131,17 +136,17 @@ def main() -> None:
         "random_return": round(random, 2),
         "bare_env_steps_per_s": round(bare, 1),
     }
-    header = f"{'run':<5} {'ranks':>5} {'steps':>9} {'wall s':>7} {'best':>6} {'to 450':>9}"
+    header = f"{'run':<7} {'ranks':>5} {'steps':>9} {'wall s':>7} {'best':>6} {'to 450':>9}"
     print(header + f" {'s to 450':>8} {'steps/s':>8} {'vs bare':>7}")
     runs = []
     with tempfile.TemporaryDirectory(prefix="hpcmarl-bench-r2d2-") as tmp:
         for ranks in args.ranks:
-            for name in RUNS:
+            for name in args.runs:
                 run = one_run(name, ranks, args.budget, args.seed, Path(tmp) / f"{name}-{ranks}")
                 runs.append(run)
                 ratio = (run["env_steps_per_s"] or 0.0) / bare
                 print(
-                    f"{name:<5} {ranks:>5} {run['env_steps'] or 0:>9,} {run['wall_s']:>7}"
+                    f"{name:<7} {ranks:>5} {run['env_steps'] or 0:>9,} {run['wall_s']:>7}"
                     f" {run['best_eval']!s:>6} {run['steps_to_450']!s:>9}"
                     f" {run['seconds_to_450']!s:>8} {run['env_steps_per_s']!s:>8} {ratio:>7.2f}"
                     + ("" if run["ok"] else "  (job failed)"),

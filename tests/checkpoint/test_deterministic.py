@@ -73,7 +73,7 @@ and the open runs and kept-aside frames they checkpoint."""
 @pytest.mark.mpi
 @pytest.mark.parametrize(
     ("job", "updates"),
-    [(JOB, 1200), (MAPPO, 24), (QMIX, 60), (R2D2, 60), (STACKED, 400)],
+    [(JOB, 800), (MAPPO, 24), (QMIX, 60), (R2D2, 60), (STACKED, 400)],
     ids=["dqn", "mappo", "qmix", "r2d2", "stacked"],
 )
 def test_a_resumed_run_equals_an_uninterrupted_one(
