@@ -15,10 +15,8 @@ rows when it samples:
 A run is one agent's steps in one episode (`episode_id`, `agent_id`), in `step` order. The links
 between a run's rows are not stored: they follow from those bookkeeping columns, so a resumed
 table rebuilds them. All rows of a run must reach the same table: collectors send every batch
-of such a group to one shard of their own.
-
-Where the ring has evicted a run's older rows, the frames before the oldest held row repeat it
-(the only rows whose stack is not exact: at most k - 1 per run at the ring's tail).
+of such a group to one shard of their own. Before the ring evicts a run's older rows, its
+oldest remaining row keeps its whole stack, so every held row's stack stays exact.
 """
 
 from __future__ import annotations
@@ -28,9 +26,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcmarl.replay.table import ReplayTable, SampleInfo
-
-RUN_COLUMNS = ("episode_id", "agent_id", "step")
-"""What identifies a run and orders its rows."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +51,21 @@ def run_keys(episode_id: np.ndarray, agent_id: np.ndarray) -> np.ndarray:
     return episode_id.astype(np.int64) * 65_536 + agent_id.astype(np.int64)
 
 
+def chain_runs(
+    keys: np.ndarray, steps: np.ndarray, ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows (run `keys`, `steps`, insert `ids`) chained within their runs: (order, same, prev,
+    next) with `order` the rows by run then step, `same[i]` whether `order[i]` and
+    `order[i + 1]` are of one run, and each row's predecessor and successor ids (-1: none)."""
+    order = np.lexsort((steps, keys))
+    same = keys[order[1:]] == keys[order[:-1]]
+    prev = np.full(len(ids), -1, np.int64)
+    nxt = np.full(len(ids), -1, np.int64)
+    prev[order[1:][same]] = ids[order[:-1][same]]
+    nxt[order[:-1][same]] = ids[order[1:][same]]
+    return order, same, prev, nxt
+
+
 def stored_bytes_per_row(columns: dict[str, tuple[str, tuple[int, ...]]], form: StorageForm) -> int:
     """Bytes one row takes in the table (without the side stores) for columns {name: (dtype,
     shape)} of the full transition; the side stores add about a frame per episode."""
@@ -79,9 +89,6 @@ class SideStore:
         self.values: np.ndarray | None = None
         self.live = np.zeros(0, bool)
         self._n = 0
-
-    def __len__(self) -> int:
-        return int(self.live[: self._n].sum())
 
     def add(self, ids: np.ndarray, values: np.ndarray) -> None:
         """Keep `values` for rows `ids`; ids older than held ones are merged into order."""
@@ -128,7 +135,7 @@ class SideStore:
         n = self._n
         keep = self.live[:n] & (self.ids[:n] >= oldest)
         if n < 64 or keep.sum() > n // 2:
-            self.live[:n] &= self.ids[:n] >= oldest
+            self.live[:n] = keep
             return
         self.ids, self.live = self.ids[:n][keep], self.live[:n][keep]
         assert self.values is not None
@@ -213,14 +220,11 @@ class CompactTable:
         oldest = first_id + n - min(self.size + n, capacity)  # the oldest row held afterwards
         self._pass_on_stacks(oldest)
         keys = run_keys(batch["episode_id"], batch["agent_id"])
-        order = np.lexsort((batch["step"], keys))
-        same = keys[order[1:]] == keys[order[:-1]]
+        order, same, prev, nxt = chain_runs(keys, batch["step"], ids)
         if np.any(order[1:][same] < order[:-1][same]):  # a run's rows out of step order
-            batch, keys, order = self._in_step_order(batch)
-        prev = np.full(n, -1, np.int64)
-        nxt = np.full(n, -1, np.int64)
-        prev[order[1:][same]] = ids[order[:-1][same]]
-        nxt[order[:-1][same]] = ids[order[1:][same]]
+            batch = self._in_step_order(batch)
+            keys = run_keys(batch["episode_id"], batch["agent_id"])
+            order, same, prev, nxt = chain_runs(keys, batch["step"], ids)
         edges = np.concatenate([[True], ~same, [True]]) if n else np.ones(1, bool)
         ended = batch["terminations"] | batch["truncations"]
         joined: list[tuple[int, int]] = []  # (held row, its successor in this batch)
@@ -246,15 +250,11 @@ class CompactTable:
         self.next_frames.drop_before(oldest)
 
     @staticmethod
-    def _in_step_order(
-        batch: dict[str, np.ndarray],
-    ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    def _in_step_order(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The batch with its rows in step order (a stable sort), so that each run's rows get
         increasing insert ids: a row's successor then never leaves the ring before it."""
         by_step = np.argsort(batch["step"], kind="stable")
-        batch = {name: column[by_step] for name, column in batch.items()}
-        keys = run_keys(batch["episode_id"], batch["agent_id"])
-        return batch, keys, np.lexsort((batch["step"], keys))
+        return {name: column[by_step] for name, column in batch.items()}
 
     def _pass_on_stacks(self, oldest: int) -> None:
         """Before the ring evicts the rows older than `oldest`: a held row whose predecessor goes
@@ -338,13 +338,10 @@ class CompactTable:
             step = before >= oldest
             cursor[step], depth[step] = before[step], depth[step] + 1
             stacks[step, j] = stored[cursor[step] % self.capacity]
-            start = (before < 0) & ~step  # a run's first row: its own stack has the frame
-            if start.any():
-                rows = np.flatnonzero(start)
-                whole = self.first_stacks.get(cursor[rows]).reshape(len(rows), k, frame)
-                stacks[rows, j] = whole[np.arange(len(rows)), j + depth[rows]]
-            evicted = ~step & ~start  # the run's older rows are gone: repeat the oldest held
-            stacks[evicted, j] = stacks[evicted, j + 1]
+            start = np.flatnonzero(~step)  # a run's first held row: its own stack has the frame
+            if len(start):
+                whole = self.first_stacks.get(cursor[start]).reshape(len(start), k, frame)
+                stacks[start, j] = whole[np.arange(len(start)), j + depth[start]]
         return stacks.reshape(n, k * frame)
 
     def state(self) -> dict[str, np.ndarray]:
@@ -392,7 +389,4 @@ class CompactTable:
         slots = ids % self.capacity
         column = self.table.column
         keys = run_keys(column("episode_id")[slots], column("agent_id")[slots])
-        order = np.lexsort((column("step")[slots], keys))
-        same = keys[order[1:]] == keys[order[:-1]]
-        self._prev[slots[order[1:][same]]] = ids[order[:-1][same]]
-        self._next[slots[order[:-1][same]]] = ids[order[1:][same]]
+        _, _, self._prev[slots], self._next[slots] = chain_runs(keys, column("step")[slots], ids)
