@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .comm.protocol import KINDS, Message
 from .comm.transport import LocalTransport
+
+if TYPE_CHECKING:
+    from .storage.writer import CheckpointWriter
 
 Batch = dict[str, np.ndarray]
 """A batch: column name -> array, all with the same leading length."""
@@ -50,6 +53,7 @@ class Role:
         self.sent_bulk: dict[str, int] = {}
         self.received_bulk: dict[str, int] = {}
         self.checkpoint_request: dict[str, Any] | None = None
+        self.checkpoint_writer: CheckpointWriter | None = None
 
     def send(
         self, kind: str, dst: str, meta: dict[str, Any] | None = None, arrays: Batch | None = None
@@ -78,6 +82,9 @@ class Role:
         self.heartbeat()
         if self.checkpoint_request is not None and self.write_checkpoint_when_ready():
             return True
+        if self.checkpoint_writer is not None and self.checkpoint_writer.done():
+            self.report_checkpoint_written()
+            return True
         return self.work() or handled > 0
 
     def note_message(self, msg: Message) -> None:
@@ -95,23 +102,50 @@ class Role:
         self.checkpoint_request = msg.meta
 
     def write_checkpoint_when_ready(self) -> bool:
-        """Write this role's part once every bulk message sent to it before the cut arrived.
+        """Snapshot this role's state once every bulk message sent to it before the cut arrived,
+        and start writing it on a thread.
 
         The commander knows how many batches, priorities and weight pushes each producer sent
         here before it quiesced; waiting for exactly those makes every role's file part of one
-        consistent cut, with nothing in flight left out.
+        consistent cut, with nothing in flight left out. The role then goes on with its work
+        while the file is written (`report_checkpoint_written` follows).
         """
-        from .storage.checkpoint import write_role_state
+        from .storage.writer import CheckpointWriter, tree_nbytes
+        from .testing.faults import write_delay
 
         request = self.checkpoint_request
         assert request is not None
         expected = request.get("expect", {}).get(self.name, {})
         if any(self.received_bulk.get(src, 0) < n for src, n in expected.items()):
             return False
-        record = write_role_state(request["run_dir"], request["id"], self.name, self.state())
-        self.send("checkpointed", "commander", {"id": request["id"], "record": vars(record)})
+        tree, ckpt_id = self.snapshot(), request["id"]
+        delay = write_delay(self.kind, self.name)
+        self.checkpoint_writer = CheckpointWriter(
+            request["run_dir"], ckpt_id, self.name, tree, delay
+        )
+        self.send("snapshotted", "commander", {"id": ckpt_id, "bytes": tree_nbytes(tree)})
         self.checkpoint_request = None
         return True
+
+    def report_checkpoint_written(self) -> None:
+        """The file is on disk (or its write failed, raised here in the role's own loop)."""
+        writer = self.checkpoint_writer
+        assert writer is not None
+        record = writer.result()
+        self.checkpoint_writer = None
+        self.checkpoint_written()
+        meta = {"id": writer.ckpt_id, "record": vars(record), "seconds": writer.seconds}
+        self.send("checkpointed", "commander", meta)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state to write for the cut, safe from what the role does while it is written."""
+        from .storage.writer import snapshot
+
+        return snapshot(self.state())
+
+    def checkpoint_written(self) -> None:
+        """Called once this role's file is written: a role whose `snapshot` holds views of its
+        own memory may change that memory again."""
 
     def state(self) -> dict[str, Any]:
         """Everything this role needs to continue as if never stopped (a tree for HDF5)."""

@@ -23,6 +23,10 @@
 #                         requeues, so a requeued job resumes from its own checkpoint)
 #   HPCMARL_MAX_REQUEUES  requeues allowed after a checkpoint at the time limit (default 10)
 #   HPCMARL_ROOT          the repo (default: found from this script's submitted path)
+#   HPCMARL_SIGNAL_LEAD_S seconds between Slurm's warning and the time limit (default: read from
+#                         this script's #SBATCH --signal line; set it when you override that on
+#                         the command line): hpcmarl warns at start-up when a checkpoint of its
+#                         tables would not fit in them, naming the lead it needs
 #
 # What happens: the launcher runs in the background; Slurm's USR1 (`--signal=B:USR1@120`, which
 # reaches only this shell) or a TERM to this shell is sent on to it as USR1; every rank then
@@ -136,6 +140,9 @@ refuse_stale_run_dir() {
   exit 2
 }
 
+# The seconds of warning this script's own #SBATCH --signal line asks for.
+own_signal_lead() { sed -n 's/^#SBATCH --signal=[^@]*@\([0-9][0-9]*\).*/\1/p' "$0" | head -n 1; }
+
 main() {
   ROOT=$(find_root "$@")
   RUN_DIR=${HPCMARL_RUN_DIR:-$(default_run_dir)}
@@ -146,6 +153,7 @@ main() {
     exit 2
   fi
   export OMP_NUM_THREADS=$threads PYTHONUNBUFFERED=1
+  export HPCMARL_SIGNAL_LEAD_S=${HPCMARL_SIGNAL_LEAD_S:-$(own_signal_lead)}
   launcher_command
   say "job ${SLURM_JOB_ID:-none} restart ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST:-$(hostname)}:" \
     "${LAUNCH[*]} $py -m hpcmarl $* runtime.run_dir=$RUN_DIR runtime.torch_threads=$threads"

@@ -35,6 +35,7 @@ from .build import (
 from .memory import Node, check_memory, gather_nodes, storage_line
 from .preflight import check_allreduce, create_run_dir, run_dir_of
 from .resume import find_resume_point, restore_roles
+from .signal_lead import check_signal_lead
 from .topology import Topology, build_topology
 
 ABORT_DRAIN_S = 0.3
@@ -104,7 +105,8 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
         resume_id = find_resume_point(cfg, run_dir)
         offline = plan_offline(cfg, spec, fresh=resume_id is None)
         create_run_dir(cfg, run_dir)
-        for line in (offline, storage_line(item_specs(cfg, spec), storage_form(cfg))):
+        lead = check_signal_lead(cfg, spec, topology, nodes, run_dir)
+        for line in (offline, storage_line(item_specs(cfg, spec), storage_form(cfg)), lead):
             if line:
                 print(line, flush=True)
     except UserError as err:

@@ -22,6 +22,7 @@ oldest remaining row keeps its whole stack, so every held row's stack stays exac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -344,9 +345,10 @@ class CompactTable:
                 stacks[start, j] = whole[np.arange(len(start)), j + depth[start]]
         return stacks.reshape(n, k * frame)
 
-    def state(self) -> dict[str, np.ndarray]:
-        """The table's state, its kept-aside values and its open runs, as plain arrays."""
-        state = self.table.state()
+    def state(self, views: bool = False) -> dict[str, Any]:
+        """The table's state (its columns as views with `views`, see `ReplayTable.state`), its
+        kept-aside values and its open runs, as plain arrays."""
+        state = self.table.state(views=views)
         for prefix, store in self._stores():
             state.update({prefix + k: v for k, v in store.state().items()})
         state["open_runs"] = np.array(sorted(self._open.items()), np.int64).reshape(-1, 2)

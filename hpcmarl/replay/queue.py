@@ -104,8 +104,9 @@ class ItemQueue:
         self.evicted += n
 
     # -- checkpoints --------------------------------------------------------------------------
-    def state(self) -> dict[str, np.ndarray]:
-        """Held items in order with their ids, and the counters, as plain arrays."""
+    def state(self, views: bool = False) -> dict[str, np.ndarray]:
+        """Held items in order with their ids, and the counters, as plain arrays. Items are
+        never changed in place, so `views` (taken by a checkpoint) changes nothing."""
         state: dict[str, np.ndarray] = {}
         merged = self._merged()
         if merged is not None:

@@ -15,12 +15,14 @@ w_i = (size * P(i))^-beta divided by the batch maximum.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from hpcmarl.replay.schema import ColumnSchema
 from hpcmarl.replay.sum_tree import SumTree
 from hpcmarl.rng import rng_from_words, rng_to_words
+from hpcmarl.storage.hdf5 import Pieces
 
 _COLUMN_PREFIX = "column/"
 
@@ -164,12 +166,26 @@ class ReplayTable:
             self._max_priority = max(self._max_priority, float(priorities.max()))
         return int(live.sum())
 
-    def state(self) -> dict[str, np.ndarray]:
+    def state(self, views: bool = False) -> dict[str, Any]:
         """Everything needed to resume: rows oldest first, their ids and priorities, counters and
-        the RNG, as plain arrays (no pickles) for an HDF5 checkpoint."""
+        the RNG, as plain arrays (no pickles) for an HDF5 checkpoint.
+
+        With `views`, each column is the ring's one or two slices (`Pieces`, oldest first)
+        rather than a copy: for a checkpoint written from the table's memory, by a caller that
+        inserts nothing until the file is written."""
         ids = np.arange(self.total_inserted - self.size, self.total_inserted, dtype=np.int64)
         order = ids % self.capacity
-        state = {_COLUMN_PREFIX + name: column[order] for name, column in self._items}
+        if views:
+            start = int(order[0]) if len(order) else 0
+            tail = min(self.size, self.capacity - start)
+            state: dict[str, Any] = {
+                _COLUMN_PREFIX + name: Pieces(
+                    (column[start : start + tail], column[: self.size - tail])
+                )
+                for name, column in self._items
+            }
+        else:
+            state = {_COLUMN_PREFIX + name: column[order] for name, column in self._items}
         state["insert_ids"] = ids
         if self._tree is not None:
             state["priorities"] = self._tree.get(order)

@@ -110,13 +110,14 @@ class Commander(Role):
     # -- the loop -------------------------------------------------------------------------
     def work(self) -> bool:
         progressed = False
-        if self.phase == "running" and self.checkpoints.active:
+        if self.phase == "running" and self.checkpoints.blocking:
             self.check_signals()
             progressed = self.checkpoints.poll()
         elif self.phase == "running":
+            progressed = self.checkpoints.poll()  # a checkpoint written while work goes on
             self.check_between_tasks()
-            if self.phase == "running" and not self.checkpoints.active:
-                progressed = self.grant_tasks()
+            if self.phase == "running" and not self.checkpoints.blocking:
+                progressed = self.grant_tasks() or progressed
         if self.phase == "draining" and self.drained():
             self.stop_roles(
                 self.learners
@@ -211,6 +212,9 @@ class Commander(Role):
                 f"no heartbeat for {limit:g} s from {names}: stopped, hung or "
                 "starved of CPU; raise runtime.heartbeat_timeout_s if overloaded"
             )
+
+    def handle_snapshotted(self, msg: Message) -> None:
+        self.checkpoints.on_snapshotted(msg.src, msg.meta)
 
     def handle_checkpointed(self, msg: Message) -> None:
         self.checkpoints.on_checkpointed(msg.src, msg.meta)
@@ -335,6 +339,8 @@ class Commander(Role):
     def request_stop(self, reason: str) -> None:
         """Stop, after a final checkpoint when the job asks for one."""
         if self.cfg.checkpoint.at_end:
+            self.checkpoints.begin(then=(reason, 0), fresh=True)
+        elif self.checkpoints.cut is not None:  # stop once the checkpoint being written is in
             self.checkpoints.begin(then=(reason, 0))
         else:
             self.begin_stop(reason)

@@ -12,6 +12,12 @@ collectors through withheld credits and nothing queues without bound. Consumer f
 asks for one batch at a time; a replay request waits here until the limiter allows a sample; a
 queue request is answered at once with what the queue holds (the commander grants learners
 only what it knows was inserted).
+
+Checkpoints: the file is written from the tables' own memory, not from a copy of many GiB, so
+while it is written (`writing`) batches wait in `pending_inserts` instead of overwriting rows
+the writer still reads. Samples and priority updates go on. A collector's batch for a replay
+table gets its credit at once meanwhile, so collectors keep collecting; in deterministic mode,
+and for on-policy queues, whose credits carry insert ids, the credit waits for the insert.
 """
 
 from __future__ import annotations
@@ -63,6 +69,9 @@ class ReplayShard(Role):
         # Deterministic mode's schedule fixes the ratio itself; a limiter would react to timing.
         # Offline, nothing is inserted after the start: any number of samples is fine.
         free = deterministic or dataset is not None
+        self.deterministic = deterministic
+        self.writing = False
+        """A checkpoint is being written from the tables' memory: inserts wait."""
         self.ratio = (0.0, 1) if free else (cfg.samples_per_insert, cfg.learning_starts)
         self.replay_of, self.seed = replay_of, seed
         self.generations = dict.fromkeys(replay_of, 0)
@@ -121,7 +130,16 @@ class ReplayShard(Role):
             self.heartbeat()
 
     def handle_batch(self, msg: Message) -> None:
+        if self.writing and not self.deterministic and self.credit_early(msg):
+            self.send("credit", msg.src, {"n": 1, "inserted": 1})
+            msg.meta["credited"] = True
         self.pending_inserts.append(msg)
+
+    def credit_early(self, msg: Message) -> bool:
+        """Whether a batch's credit may go back before its insert: only a replay table's, whose
+        credit carries nothing but the permission to send more."""
+        table = self.tables.get(msg.meta["group"])
+        return table is not None and not isinstance(table, ItemQueue)
 
     def handle_sample_request(self, msg: Message) -> None:
         if isinstance(self.tables[msg.meta["group"]], ItemQueue):
@@ -147,7 +165,10 @@ class ReplayShard(Role):
         return self.report_stats() or progressed
 
     def insert_allowed_batches(self) -> bool:
-        """Insert waiting batches in arrival order while their table's limiter allows it."""
+        """Insert waiting batches in arrival order while their table's limiter allows it (and no
+        checkpoint is being written from the tables)."""
+        if self.writing:
+            return False
         inserted = 0
         for _ in range(len(self.pending_inserts)):
             msg = self.pending_inserts.popleft()
@@ -173,7 +194,7 @@ class ReplayShard(Role):
             if limiter is not None:
                 limiter.on_insert(len(msg.arrays["rewards"]))
             self.transport.recycle(msg.arrays)
-            if msg.src:  # batches restored from a checkpoint owe no credit
+            if msg.src and not msg.meta.get("credited"):  # restored batches owe no credit
                 self.send("credit", msg.src, ack)
             inserted += 1
         return inserted > 0
@@ -183,7 +204,7 @@ class ReplayShard(Role):
         assert msg.arrays is not None
         self.stale += 1
         self.transport.recycle(msg.arrays)
-        if msg.src:
+        if msg.src and not msg.meta.get("credited"):
             self.send("credit", msg.src, {"n": 1, "inserted": 1})
 
     def serve_allowed_samples(self) -> bool:
@@ -229,7 +250,18 @@ class ReplayShard(Role):
         self.insert_allowed_batches()
         return super().write_checkpoint_when_ready()
 
-    def state(self) -> dict:
+    def snapshot(self) -> dict:
+        """The tables as views of their memory (see the module docstring): inserts wait until
+        `checkpoint_written`."""
+        from ..storage.writer import snapshot
+
+        self.writing = True
+        return snapshot(self.state(views=True))
+
+    def checkpoint_written(self) -> None:
+        self.writing = False
+
+    def state(self, views: bool = False) -> dict:
         pending = {
             str(i): {
                 "group": m.meta["group"],
@@ -240,7 +272,7 @@ class ReplayShard(Role):
         }
         return {
             **super().state(),
-            "tables": {g: nest(t.state()) for g, t in self.tables.items()},
+            "tables": {g: nest(t.state(views=views)) for g, t in self.tables.items()},
             "limiters": {g: dict(lim.state()) for g, lim in self.limiters.items()},
             "pending_inserts": pending,
             "samples_served": self.samples_served,

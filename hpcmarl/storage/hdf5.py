@@ -6,8 +6,15 @@ of its group, because JSON keeps a 128-bit RNG state exact where an HDF5 integer
 
 Files are written to a temporary name in the target folder, fsynced and renamed over the
 target, so a reader sees the old file or the new one, never half of one. The default `libver`
-keeps them readable by Debian's h5dump 1.10; gzip + shuffle + fletcher32 is readable by every
-HDF5 build and lets a flipped bit surface as an error instead of a silently wrong weight.
+keeps them readable by Debian's h5dump 1.10. Every dataset of more than one element carries a
+fletcher32 checksum, so a flipped bit surfaces as an error instead of a silently wrong weight;
+small ones are also gzipped (with shuffle), which every HDF5 build reads. Large ones (replay
+columns of many GiB) are not: gzip writes about 40 MB/s, so a checkpoint of a big table would
+take minutes; uncompressed chunks go at the disk's speed.
+
+A leaf may also be `Pieces`: one array given as consecutive parts (a ring buffer's two halves),
+written part by part into one dataset, so that a table of many GiB is written from the memory
+it lives in rather than from a copy.
 
 Reading trusts nothing: no pickles, no links followed, no data kept in other files. Every
 problem a user can cause (wrong path, damaged file, file from elsewhere) becomes one
@@ -51,12 +58,48 @@ _FILTERS: dict[str, Any] = {
     "shuffle": True,
     "fletcher32": True,
 }
+COMPRESS_BELOW = 8 << 20
+"""Datasets smaller than this many bytes are gzipped; larger ones are written as they are."""
+CHUNK_BYTES = 1 << 20
+"""Target chunk size of a large dataset: each chunk gets its own fletcher32 checksum."""
+PART_BYTES = 64 << 20
+"""A part larger than this is written in slices, so that no single write holds h5py's lock
+(and the thread holding it) for long."""
 DAMAGED_FIX = "the file is damaged: resume from an older checkpoint or use another copy of it"
 FOREIGN_FIX = "give the path of an unedited file that hpcmarl wrote"
 
 
 class StorageError(UserError):
     """A file hpcmarl cannot read back: missing, damaged, foreign or from a newer hpcmarl."""
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """An array stored as the concatenation of `parts` along the first axis.
+
+    The parts are read, never copied, while the file is written: whoever builds a `Pieces` keeps
+    them unchanged until the write is done."""
+
+    parts: tuple[np.ndarray, ...]
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise ValueError("Pieces needs at least one part")
+        first = self.parts[0]
+        if any(p.dtype != first.dtype or p.shape[1:] != first.shape[1:] for p in self.parts):
+            raise ValueError("the parts of Pieces must share their dtype and trailing shape")
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.parts[0].dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (sum(len(p) for p in self.parts), *self.parts[0].shape[1:])
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
 
 
 @dataclass
@@ -161,6 +204,8 @@ def _write_group(group: h5py.Group, tree: Tree, where: str) -> None:
             _write_group(sub, value, f"{where}{key}/")
         elif isinstance(value, (np.ndarray, np.generic)):
             _write_array(group, key, value, where)
+        elif isinstance(value, Pieces):
+            _write_pieces(group, key, value, where)
         else:
             _check_json(value, f"{where}{key}")
             leaves[key] = value
@@ -199,9 +244,36 @@ def _write_array(group: h5py.Group, key: str, value: np.ndarray | np.generic, wh
     if value.dtype.kind not in NUMERIC_KINDS:
         raise TypeError(f"{where}{key}: dtype {value.dtype} is not numeric; store numbers only")
     arr = np.asarray(value)
+    if arr.ndim and arr.nbytes >= COMPRESS_BELOW:
+        _write_pieces(group, key, Pieces((arr,)), where)
+        return
     filters = _FILTERS if arr.ndim and arr.size else {}
     ds = group.create_dataset(key, data=arr, **filters)
     ds.attrs[ATTR_TYPE] = "scalar" if isinstance(value, np.generic) else "ndarray"
+
+
+def _write_pieces(group: h5py.Group, key: str, value: Pieces, where: str) -> None:
+    """One dataset filled part by part, in slices of at most PART_BYTES; small ones go through
+    `_write_array`, compressed like any small array."""
+    if value.dtype.kind not in NUMERIC_KINDS:
+        raise TypeError(f"{where}{key}: dtype {value.dtype} is not numeric; store numbers only")
+    shape = value.shape
+    if not shape[0] or value.nbytes < COMPRESS_BELOW:
+        _write_array(group, key, np.concatenate(value.parts), where)
+        return
+    row_bytes = max(1, value.nbytes // shape[0])
+    chunk_rows = max(1, min(shape[0], CHUNK_BYTES // row_bytes))
+    ds = group.create_dataset(
+        key, shape=shape, dtype=value.dtype, chunks=(chunk_rows, *shape[1:]), fletcher32=True
+    )
+    ds.attrs[ATTR_TYPE] = "ndarray"
+    slice_rows = max(chunk_rows, PART_BYTES // row_bytes // chunk_rows * chunk_rows)
+    at = 0
+    for part in value.parts:
+        for start in range(0, len(part), slice_rows):
+            piece = part[start : start + slice_rows]
+            ds[at : at + len(piece)] = piece
+            at += len(piece)
 
 
 # -- reading -----------------------------------------------------------------------------------

@@ -3,6 +3,10 @@
 `HPCMARL_FAULT=<role kind or name>:<poll number>[:<action>]` makes that role, on its N-th poll,
 `raise` (the default) a RuntimeError, or `exit` the process at once with code 17. Tests use it
 to prove that any role's failure ends the whole job quickly instead of hanging it.
+
+`HPCMARL_FAULT_WRITE_DELAY=<role kind or name>:<seconds>` makes that role's checkpoint writer
+wait before it writes, as a slow filesystem would: tests use it to see the role's loop (and the
+run's work) go on while its file is written.
 """
 
 from __future__ import annotations
@@ -20,6 +24,13 @@ def _parse() -> tuple[str, int, str] | None:
     parts = raw.split(":")
     action = parts[2] if len(parts) > 2 else "raise"
     return parts[0], int(parts[1]), action
+
+
+def write_delay(role_kind: str, role_name: str) -> float:
+    """Seconds the role's checkpoint writer waits before writing (0 unless a test asks)."""
+    raw = os.environ.get("HPCMARL_FAULT_WRITE_DELAY", "")
+    target, _, seconds = raw.partition(":")
+    return float(seconds) if raw and target in (role_kind, role_name) else 0.0
 
 
 def maybe_inject(role: Any) -> None:
