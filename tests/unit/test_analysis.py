@@ -193,6 +193,41 @@ def test_minari_export_holds_each_complete_episode(single, tmp_path: Path) -> No
                 np.testing.assert_array_equal(ep[column][()], g[column][rows])
 
 
+def test_minari_loads_the_export_and_its_episodes_are_the_replay_files(
+    single, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real `minari` package reads the folder: `load_dataset` by its id under
+    MINARI_DATASETS_PATH, every episode iterated and compared with the replay file's rows."""
+    import minari
+
+    path, truth = single
+    exported = tmp_path / "exported"
+    assert export([path, "--format", "minari", "--out", exported]) == 0
+    dataset_id = json.loads((exported / "data" / "metadata.json").read_text())["dataset_id"]
+    root = tmp_path / "datasets"
+    (root / dataset_id).parent.mkdir(parents=True)
+    exported.rename(root / dataset_id)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    dataset = minari.load_dataset(dataset_id)
+    assert dataset.total_episodes == len(truth.episodes)
+    assert dataset.total_steps == sum(n for n, _ in truth.episodes.values())
+    assert dataset.action_space.n == 3 and dataset.observation_space.shape == (3,)
+    with h5py.File(path) as src, h5py.File(root / dataset_id / "data" / "main_data.hdf5") as f:
+        rows_of = {n: ds[()] for n, ds in src["agents/agent_0"].items()}
+        hpcmarl_id = {int(k.split("_")[1]): int(f[k].attrs["hpcmarl_episode_id"]) for k in f}
+    seen = 0
+    for episode in dataset.iterate_episodes():
+        rows = rows_of["episode_id"] == hpcmarl_id[episode.id]
+        obs = np.concatenate(
+            [rows_of["observations"][rows], rows_of["next_observations"][rows][-1:]]
+        )
+        np.testing.assert_array_equal(episode.observations, obs)
+        for column in ("actions", "rewards", "terminations", "truncations"):
+            np.testing.assert_array_equal(getattr(episode, column), rows_of[column][rows])
+        seen += 1
+    assert seen == len(truth.episodes)
+
+
 def test_minari_export_ends_an_agent_episode_at_its_first_done(multi, tmp_path: Path) -> None:
     """Agent c may finish before its team: its episode is complete at its own first done, and
     the padding rows after it are not transitions."""
