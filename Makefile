@@ -10,7 +10,9 @@ setup:
 run: setup
 	bash tools/mpirun.sh -n $(RANKS) $(PY) -m hpcmarl $(ARGS)
 
+# The whole suite, with what it needs beyond .venv (h5dump, a local Slurm, Horovod) set up first.
 test: setup
+	@bash tools/setup_tests.sh
 	$(PY) -m pytest -q tests
 
 # The failure suite again under MPICH (a second virtualenv, .venv-mpich); an exception in and
