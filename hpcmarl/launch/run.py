@@ -34,6 +34,7 @@ from .build import (
 )
 from .memory import Node, check_memory, gather_nodes, storage_line
 from .preflight import check_allreduce, create_run_dir, run_dir_of
+from .profiling import profiled
 from .resume import find_resume_point, restore_roles
 from .signal_lead import check_signal_lead
 from .topology import Topology, build_topology
@@ -138,7 +139,8 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
                 roles, plan.run_dir, plan.resume_id, shards, plan.cfg.replay.table_capacity
             )
         building = False
-        poll_until_finished(roles, transport, plan.cfg, current)
+        with profiled(rank, lambda: [role.name for role in roles]):
+            poll_until_finished(roles, transport, plan.cfg, current)
         transport.finish(plan.cfg.runtime.shutdown_timeout_s)
         close_roles(roles)
         return exit_code_of(roles)
