@@ -133,7 +133,6 @@ class Role:
         assert writer is not None
         record = writer.result()
         self.checkpoint_writer = None
-        self.checkpoint_written()
         meta = {"id": writer.ckpt_id, "record": vars(record), "seconds": writer.seconds}
         self.send("checkpointed", "commander", meta)
 
@@ -142,10 +141,6 @@ class Role:
         from .storage.writer import snapshot
 
         return snapshot(self.state())
-
-    def checkpoint_written(self) -> None:
-        """Called once this role's file is written: a role whose `snapshot` holds views of its
-        own memory may change that memory again."""
 
     def state(self) -> dict[str, Any]:
         """Everything this role needs to continue as if never stopped (a tree for HDF5)."""

@@ -64,12 +64,11 @@ class Cut:
     slowest_write_s: float = 0.0
     follow: Then | None = None
     """A final checkpoint asked for while this one was written: taken once this one commits."""
-    went_on: bool = False
-    """Work resumed while the files were written."""
     begun: tuple[float, int] = (0.0, 0)
     """(training clock, env steps) when the checkpoint began: what it cost the run follows."""
     resumed: tuple[float, int] | None = None
-    """(training clock, env steps) when work resumed, every role having snapshotted."""
+    """(training clock, env steps) when work resumed, every role having snapshotted; None
+    while it has not (or, for a checkpoint that ends the run, never)."""
 
     @property
     def written_concurrently(self) -> bool:
@@ -164,7 +163,7 @@ class CheckpointCoordinator:
             cut.cut_s = time.monotonic() - cut.started
             if cut.written_concurrently:
                 stats = self.commander.stats
-                cut.went_on, cut.resumed = True, (stats.elapsed(), stats.env_steps)
+                cut.resumed = (stats.elapsed(), stats.env_steps)
                 self.commander.relax_shards(False)
 
     def on_checkpointed(self, role: str, meta: dict[str, Any]) -> None:
@@ -199,7 +198,7 @@ class CheckpointCoordinator:
             f"hpcmarl: checkpoint {cut.id} written "
             f"({cut.counters.get('env_steps', 0)} env steps, {total:.1f} s: "
             f"cut in {cut.cut_s:.1f} s, {cut.nbytes / 1e6:.1f} MB written in "
-            f"{cut.slowest_write_s:.1f} s{' while work went on' if cut.went_on else ''})"
+            f"{cut.slowest_write_s:.1f} s{' while work went on' if cut.resumed else ''})"
         )
         commander.sink.record(
             "checkpoint",
@@ -230,7 +229,7 @@ class CheckpointCoordinator:
     def check_timeout(self, cut: Cut) -> None:
         limit = self.commander.cfg.checkpoint.timeout_s
         if cut.requested and not cut.cutting:
-            limit += cut.nbytes / (SHARED_WRITE_RATE_FLOOR if cut.went_on else WRITE_RATE_FLOOR)
+            limit += cut.nbytes / (SHARED_WRITE_RATE_FLOOR if cut.resumed else WRITE_RATE_FLOOR)
         if time.monotonic() - cut.started > limit:
             silent = (
                 sorted(cut.cutting or cut.writing)

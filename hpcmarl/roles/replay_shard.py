@@ -70,8 +70,6 @@ class ReplayShard(Role):
         # Offline, nothing is inserted after the start: any number of samples is fine.
         free = deterministic or dataset is not None
         self.deterministic = deterministic
-        self.writing = False
-        """A checkpoint is being written from the tables' memory: inserts wait."""
         self.ratio = (0.0, 1) if free else (cfg.samples_per_insert, cfg.learning_starts)
         self.replay_of, self.seed = replay_of, seed
         self.generations = dict.fromkeys(replay_of, 0)
@@ -250,16 +248,17 @@ class ReplayShard(Role):
         self.insert_allowed_batches()
         return super().write_checkpoint_when_ready()
 
+    @property
+    def writing(self) -> bool:
+        """A checkpoint is being written from the tables' memory: inserts wait."""
+        return self.checkpoint_writer is not None
+
     def snapshot(self) -> dict:
-        """The tables as views of their memory (see the module docstring): inserts wait until
-        `checkpoint_written`."""
+        """The tables as views of their memory (see the module docstring): inserts wait while
+        the file is written."""
         from ..storage.writer import snapshot
 
-        self.writing = True
         return snapshot(self.state(views=True))
-
-    def checkpoint_written(self) -> None:
-        self.writing = False
 
     def state(self, views: bool = False) -> dict:
         pending = {
