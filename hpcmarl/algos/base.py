@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from hpcmarl.algos.contract import Algorithm, Batch, GroupSpec, UpdateResult, UpdateSteps
-from hpcmarl.algos.networks import get_flat, get_flat_grad, num_params, set_flat, set_flat_grad
+from hpcmarl.algos.networks import FlatGrads, get_flat, num_params, set_flat
 
 
 class NetworkAlgorithm(Algorithm):
@@ -37,7 +37,8 @@ class NetworkAlgorithm(Algorithm):
             for name, _ in module.named_parameters()
         ]
         self.params = [p for module in self.networks.values() for p in module.parameters()]
-        self.optimizer = torch.optim.Adam(self.params, lr=self.cfg.lr)
+        self.grads = FlatGrads(self.params)
+        self.optimizer = adam(self.params, self.cfg.lr)
         self.updates = 0
         """Updates completed (batches trained on)."""
         self.steps = 0
@@ -61,8 +62,9 @@ class NetworkAlgorithm(Algorithm):
     def compute_gradients(
         self, batch: Batch, weights: np.ndarray | None
     ) -> tuple[np.ndarray, dict[str, float], np.ndarray]:
-        """One-gradient algorithms: the flat loss gradient on `batch`, stats, and a per-item
-        error that prioritized replay turns into priorities."""
+        """One-gradient algorithms: the flat loss gradient on `batch` (the gradients' own
+        buffer, valid until the next backward), stats, and a per-item error that prioritized
+        replay turns into priorities."""
         raise NotImplementedError
 
     def after_step(self) -> None:
@@ -100,16 +102,17 @@ class NetworkAlgorithm(Algorithm):
 
     # -- shared machinery -------------------------------------------------------------------
     def backward(self, loss: torch.Tensor) -> np.ndarray:
-        """Gradients of `loss` on the trained networks as one flat vector."""
-        self.optimizer.zero_grad(set_to_none=False)
+        """Gradients of `loss` on the trained networks as one flat vector: the buffer they
+        accumulate in, so it holds them only until the next backward."""
+        self.grads.zero()
         loss.backward()
-        return get_flat_grad(self.params)
+        return self.grads.vector()
 
     def apply_gradients(self, flat_grad: np.ndarray) -> None:
         """Clip, take one Adam step, count it."""
-        set_flat_grad(self.params, flat_grad)
+        self.grads.load(flat_grad)
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
-        self.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        self.grad_norm = self.grads.clip(max_norm)
         self.optimizer.step()
         self.steps += 1
         self.after_step()
@@ -141,6 +144,13 @@ class NetworkAlgorithm(Algorithm):
 
     def tensor(self, batch: Batch, key: str, dtype: torch.dtype) -> torch.Tensor:
         return torch.as_tensor(np.asarray(batch[key]), dtype=dtype, device=self.device)
+
+
+def adam(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Adam:
+    """Adam with torch's fused kernel where every parameter allows it: one call per step instead
+    of a dozen small ops per tensor (a third of a small network's update on one CPU thread)."""
+    fused = all(p.dtype in (torch.float32, torch.float64) for p in params)
+    return torch.optim.Adam(params, lr=lr, fused=fused or None)
 
 
 def _np(value: torch.Tensor | float | int) -> np.ndarray:

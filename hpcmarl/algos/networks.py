@@ -75,20 +75,71 @@ def set_flat(module: nn.Module, flat: np.ndarray) -> None:
             p.copy_(chunk.view_as(p))
 
 
-def get_flat_grad(module: nn.Module | Sequence[torch.nn.Parameter]) -> np.ndarray:
-    """All gradients as one fresh float32 vector (zeros where a parameter has no gradient yet),
-    the fused buffer that data-parallel learners allreduce. Takes a module or a parameter list
-    (several networks trained by one optimizer)."""
-    params = _params(module)
-    grads = [torch.zeros_like(p) if p.grad is None else p.grad.detach() for p in params]
-    return _gather(params, grads)
+class FlatGrads:
+    """The gradients of a list of parameters kept in one contiguous float32 buffer: every
+    `p.grad` is a view into it, so `loss.backward()` accumulates straight into the vector a
+    group averages, and an average that comes back in that same memory (one learner, Horovod's
+    in-place allreduce) costs no copy. Gathering a dozen tensors into a fresh vector and
+    scattering the average back cost more than the optimizer step for the small networks RL
+    trains (issue 13's profile)."""
+
+    def __init__(self, params: Sequence[torch.nn.Parameter]) -> None:
+        self.params = list(params)
+        first = self.params[0]
+        self.buffer = torch.zeros(sum(p.numel() for p in self.params), device=first.device)
+        self.views: list[torch.Tensor] = []
+        offset = 0
+        for p in self.params:
+            self.views.append(self.buffer[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
+        self.install()
+        self.host = self.buffer.numpy() if self.buffer.device.type == "cpu" else None
+        """The buffer's own memory as numpy, where it lives on the host."""
+
+    def install(self) -> None:
+        """Point every parameter's gradient at its slice of the buffer."""
+        for p, view in zip(self.params, self.views, strict=True):
+            p.grad = view
+
+    def zero(self) -> None:
+        self.buffer.zero_()
+        if any(p.grad is not v for p, v in zip(self.params, self.views, strict=True)):
+            self.install()  # someone set a gradient to None or replaced it
+
+    def vector(self) -> np.ndarray:
+        """The gradients as one float32 vector after a backward: the buffer itself on the host
+        (valid until the next `zero`), a copy from an accelerator."""
+        for p, view in zip(self.params, self.views, strict=True):
+            if p.grad is not view:  # autograd replaced it instead of accumulating in place
+                if p.grad is not None:
+                    view.copy_(p.grad)
+                p.grad = view
+        return self.host if self.host is not None else self.buffer.cpu().numpy()
+
+    def load(self, flat: np.ndarray) -> None:
+        """Install `flat` as the gradients (a no-op when it is the buffer's own memory)."""
+        flat = np.asarray(flat)
+        if self.host is not None and _same_memory(flat, self.host):
+            return
+        if flat.shape != (self.buffer.numel(),):
+            raise ValueError(
+                f"gradient vector has shape {np.shape(flat)}, the model needs "
+                f"({self.buffer.numel()},)"
+            )
+        source = torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float32))
+        self.buffer.copy_(source)
+
+    def clip(self, max_norm: float) -> float:
+        """Scale the gradients to at most `max_norm` in global L2 norm (as torch's
+        `clip_grad_norm_`, in one norm over the whole vector); returns the norm before."""
+        norm = float(torch.linalg.vector_norm(self.buffer))
+        if norm > max_norm:
+            self.buffer.mul_(max_norm / (norm + 1e-6))
+        return norm
 
 
-def set_flat_grad(module: nn.Module | Sequence[torch.nn.Parameter], flat: np.ndarray) -> None:
-    """Install gradients from a flat vector (copied) so an optimizer step can use them."""
-    params = _params(module)
-    for p, chunk in zip(params, _split(params, flat), strict=True):
-        p.grad = chunk.view_as(p).to(device=p.device, dtype=p.dtype, copy=True)
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.ctypes.data == b.ctypes.data and a.nbytes == b.nbytes and a.dtype == b.dtype
 
 
 def _params(module: nn.Module | Sequence[torch.nn.Parameter]) -> list[torch.nn.Parameter]:

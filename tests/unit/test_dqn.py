@@ -11,12 +11,11 @@ from hpcmarl.algos.actors import EpsilonGreedyActor
 from hpcmarl.algos.contract import run_update
 from hpcmarl.algos.dqn import DQN
 from hpcmarl.algos.networks import (
+    FlatGrads,
     get_flat,
-    get_flat_grad,
     mlp,
     param_spec,
     set_flat,
-    set_flat_grad,
 )
 from hpcmarl.algos.registry import algorithm_class, check_fits
 from hpcmarl.errors import ConfigError, EnvError
@@ -115,9 +114,14 @@ def test_importance_weights_scale_the_loss() -> None:
     batch = make_batch()
     batch["rewards"] *= 5.0  # both Huber branches occur
     weights = np.linspace(0.1, 1.0, 8).astype(np.float32)
-    grad_1, stats_1, td = dqn.compute_gradients(batch, None)
-    grad_w, stats_w, _ = dqn.compute_gradients(batch, weights)
-    grad_2, stats_2, _ = dqn.compute_gradients(batch, np.full(8, 2.0, np.float32))
+
+    def gradients(weights: np.ndarray | None) -> tuple:
+        grad, stats, td = dqn.compute_gradients(batch, weights)
+        return grad.copy(), stats, td  # the vector is the gradients' buffer: the next reuses it
+
+    grad_1, stats_1, td = gradients(None)
+    grad_w, stats_w, _ = gradients(weights)
+    grad_2, stats_2, _ = gradients(np.full(8, 2.0, np.float32))
     assert stats_w["loss"] == pytest.approx(np.mean(weights * huber(td)), rel=1e-5)
     assert stats_1["loss"] == pytest.approx(np.mean(huber(td)), rel=1e-5)
     assert stats_2["loss"] == pytest.approx(2 * stats_1["loss"], rel=1e-6)
@@ -217,9 +221,13 @@ def test_flat_helpers_follow_the_spec_and_check_sizes() -> None:
     flat = np.arange(32, dtype=np.float32)
     set_flat(net, flat)
     np.testing.assert_array_equal(get_flat(net), flat)
-    np.testing.assert_array_equal(get_flat_grad(net), np.zeros(32, np.float32))
-    set_flat_grad(net, flat * 2)
-    np.testing.assert_array_equal(get_flat_grad(net), flat * 2)
+    grads = FlatGrads(list(net.parameters()))
+    np.testing.assert_array_equal(grads.vector(), np.zeros(32, np.float32))
+    grads.load(flat * 2)
+    np.testing.assert_array_equal(grads.vector(), flat * 2)
+    np.testing.assert_array_equal(net[0].bias.grad.numpy(), flat[15:20] * 2)
+    with pytest.raises(ValueError, match="needs"):
+        grads.load(np.zeros(31, np.float32))
     with pytest.raises(ValueError, match="needs"):
         set_flat(net, np.zeros(31, np.float32))
 
@@ -231,3 +239,31 @@ def test_check_fits_wants_discrete_actions() -> None:
         check_fits("dqn", gymnasium.spaces.Box(-1.0, 1.0, (2,)))
     with pytest.raises(ConfigError, match="dqn"):
         check_fits("a2c", gymnasium.spaces.Discrete(2))
+
+
+def test_backward_accumulates_into_the_flat_gradient_buffer() -> None:
+    """The vector a group averages is the gradients' own memory: no gather, no scatter, and an
+    average handed back in that memory is taken as it is."""
+    net = mlp(3, [5], 2)
+    grads = FlatGrads(list(net.parameters()))
+    reference = mlp(3, [5], 2)
+    reference.load_state_dict(net.state_dict())
+    x = torch.randn(4, 3)
+    for _ in range(2):  # the second pass must not add to the first
+        grads.zero()
+        net(x).pow(2).sum().backward()
+        vector = grads.vector()
+    reference(x).pow(2).sum().backward()
+    expected = np.concatenate([p.grad.numpy().ravel() for p in reference.parameters()])
+    np.testing.assert_allclose(vector, expected, rtol=1e-6)
+    assert np.shares_memory(vector, grads.buffer.numpy())
+    grads.load(vector.reshape(-1))  # its own memory: nothing to copy
+    np.testing.assert_allclose(grads.vector(), expected, rtol=1e-6)
+    net[0].weight.grad = None  # a caller that reset a gradient gets the buffer back
+    grads.zero()
+    assert all(p.grad is view for p, view in zip(grads.params, grads.views, strict=True))
+    torch_norm = float(torch.nn.utils.clip_grad_norm_(list(reference.parameters()), 0.5))
+    grads.load(expected)
+    assert grads.clip(0.5) == pytest.approx(torch_norm, rel=1e-5)
+    clipped = np.concatenate([p.grad.numpy().ravel() for p in reference.parameters()])
+    np.testing.assert_allclose(grads.vector(), clipped, rtol=1e-5)
