@@ -168,14 +168,21 @@ class ReplayShard(Role):
         if self.writing:
             return False
         inserted = 0
+        blocked: set[tuple[str, int]] = set()
+        """(group, generation) whose limiter said no in this pass: their later batches wait
+        without asking again (a dozen batches wait behind a busy learner on most polls)."""
         for _ in range(len(self.pending_inserts)):
             msg = self.pending_inserts.popleft()
-            group = msg.meta["group"]
-            if not self.current(group, msg.meta.get("generation", 0)):
+            group, generation = msg.meta["group"], msg.meta.get("generation", 0)
+            if (group, generation) in blocked:
+                self.pending_inserts.append(msg)
+                continue
+            if not self.current(group, generation):
                 self.drop_stale(msg)
                 continue
             limiter = self.limiters.get(group)
             if limiter is not None and not limiter.can_insert():
+                blocked.add((group, generation))
                 self.pending_inserts.append(msg)
                 continue
             assert msg.arrays is not None
