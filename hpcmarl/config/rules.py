@@ -183,6 +183,7 @@ RULES: dict[str, Rule] = {
     "commander.max_wall_time_s": at_least(0),
     "commander.eval_interval_s": above(0),
     "commander.eval_episodes": at_least(1),
+    "commander.stop_evals": at_least(1),
     "commander.collector_task_space": at_least(0),
     "commander.progress_interval_s": above(0),
     "topology.param_servers": at_least(1),

@@ -163,6 +163,9 @@ class CommanderConfig:
     """Seconds between greedy evaluations."""
     eval_episodes: int = 10
     """Episodes per evaluation; their mean return is compared with `stop_value`."""
+    stop_evals: int = 1
+    """Consecutive evaluations that must reach `stop_value` before the run stops: 2 asks the
+    policy to hold the value, not to touch it once (DQN's greedy policy often drops back)."""
     collector_task_space: int = 0
     """Collector tasks that may run at once; 0 means one per collector."""
     progress_interval_s: float = 3.0
