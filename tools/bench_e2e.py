@@ -1,26 +1,30 @@
-"""End to end: how long the default job takes to solve CartPole, optionally beside SB3's DQN.
+"""End to end: how long hpcmarl takes to solve CartPole, optionally beside SB3's DQN.
 
     .venv/bin/python tools/bench_e2e.py [--ranks 1 4 16] [--seeds 0 1 2] [--vs sb3]
         [--job JOB.yaml] [--override KEY=VALUE ...]
 
-Runs `python -m hpcmarl seed=S` for each world size and seed (one plain process for `--ranks 1`,
-`mpirun -n N` otherwise), reads each run's `metrics.jsonl`, and reports per world size the
-median over the seeds that solved of:
+Runs `python -m hpcmarl JOB seed=S commander.stop_evals=2` for each world size and seed (one
+plain process for `--ranks 1`, `mpirun -n N` otherwise), JOB being `jobs/cartpole_fast.yaml`
+(the README's CartPole job for speed) unless `--job` names another, reads each run's
+`metrics.jsonl`, and reports per world size the median over the seeds that solved of:
 
 - `solve_s`, `solve_env_steps`: the commander's clock and env steps at the first 10-episode
-  greedy evaluation whose mean return reaches 475 (evaluations run every 5 s of training and
-  their time is inside the clock);
+  greedy evaluation whose mean return reaches 475 (evaluations run every
+  `commander.eval_interval_s` of training and their time is inside the clock);
 - `train_s`: the clock at the run's end (stop decision, final checkpoint and drain included);
 - `wall_s`: the whole job, start-up and shutdown included; `env_steps`: steps at the end.
 
-A run that never reaches 475 counts as failed and stays out of the medians.
+A run solves when it reaches 475 and then holds it: it must stop on two evaluations in a row
+at 475 or more (`commander.stop_evals=2`); one that never does counts as failed and stays out
+of the medians. `held_s` is the clock at the second of those evaluations.
 
 `--vs sb3` (needs the `bench` extra: `pip install -e .[bench]`) also trains Stable-Baselines3
 DQN with the rl-baselines3-zoo `CartPole-v1` hyper-parameters (`hyperparams/dqn.yml`), each
 seed in a fresh process with one torch thread like an hpcmarl rank, seeds interleaved with
 hpcmarl's (SB3 seed 0, hpcmarl seed 0 at each world size, SB3 seed 1, ...) so that a change in
-the machine's load falls on both. SB3 is judged as hpcmarl is: every 5 s of wall time once it
-has made a gradient step, 10 greedy episodes, one on each of 10 copies of a separate env; its
+the machine's load falls on both. SB3 is judged as hpcmarl is: every
+`commander.eval_interval_s` of the job (or `--eval-interval-s`) of wall time once it has made a
+gradient step, 10 greedy episodes, one on each of 10 copies of a separate env; its
 `solve_s` is wall time from the call of `learn()` to the end of the first evaluation reaching
 475, evaluations included, since hpcmarl's clock runs through its evaluations too. It gets the
 zoo's 50k-step budget. `n{N}_vs_sb3_ratio` is hpcmarl's median `solve_s` at N ranks over SB3's:
@@ -45,11 +49,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hpcmarl.config.loader import load_job  # noqa: E402
 from hpcmarl.config.schema import CommanderConfig  # noqa: E402
 
 STOP_VALUE = float(CommanderConfig().stop_value or 475.0)
-EVAL_INTERVAL_S = CommanderConfig().eval_interval_s
 EVAL_EPISODES = CommanderConfig().eval_episodes
+FAST_JOB = "jobs/cartpole_fast.yaml"
 ENV_ID = "CartPole-v1"
 ZOO_TIMESTEPS = 50_000
 ZOO_DQN = {
@@ -68,7 +73,7 @@ ZOO_DQN = {
 }
 """rl-baselines3-zoo `hyperparams/dqn.yml`, `CartPole-v1` ("almost tuned"), n_timesteps 5e4."""
 SB3_FIX = "bench_e2e: error: --vs sb3 needs stable-baselines3; fix: pip install -e .[bench]"
-FIELDS = ("solve_s", "solve_env_steps", "train_s", "wall_s", "env_steps")
+FIELDS = ("solve_s", "solve_env_steps", "held_s", "train_s", "wall_s", "env_steps")
 
 
 def hpcmarl_command(ranks: int, seed: int, run_dir: Path, job: list[str]) -> list[str]:
@@ -85,8 +90,13 @@ def hpcmarl_command(ranks: int, seed: int, run_dir: Path, job: list[str]) -> lis
     ]
 
 
+HOLD = ["commander.stop_evals=2"]
+"""A solve must last: two evaluations in a row at the stop value (issue 13)."""
+
+
 def hpcmarl_run(ranks: int, seed: int, run_dir: Path, job: list[str], timeout: float) -> dict:
-    """Run the job once; solved means it stopped on its own at an evaluation reaching 475."""
+    """Run the job once; solved means it stopped on its own, on the second evaluation in a
+    row reaching 475."""
     start = time.monotonic()
     try:
         result = subprocess.run(
@@ -105,11 +115,14 @@ def hpcmarl_run(ranks: int, seed: int, run_dir: Path, job: list[str], timeout: f
         [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
     )
     final = rows[-1] if rows and rows[-1].get("kind") == "finished" else {}
-    hit = next((r for r in rows if r.get("kind") == "eval" and r["return_mean"] >= STOP_VALUE), {})
+    evals = [r for r in rows if r.get("kind") == "eval"]
+    hit = next((r for r in evals if r["return_mean"] >= STOP_VALUE), {})
+    held = ok and final.get("reason", "").startswith("stop_value reached")
     return {
-        "solved": ok and bool(hit) and final.get("reason", "").startswith("stop_value reached"),
+        "solved": bool(hit) and held,
         "solve_s": hit.get("time_s", float("nan")),
         "solve_env_steps": hit.get("env_steps", -1),
+        "held_s": evals[-1]["time_s"] if held else float("nan"),
         "train_s": final.get("time_s", float("nan")),
         "wall_s": round(wall, 1),
         "env_steps": final.get("env_steps", -1),
@@ -189,9 +202,10 @@ def sb3_run(seed: int, timesteps: int, interval_s: float, timeout: float) -> dic
 
 def print_row(name: str, seed: int, run: dict) -> None:
     train = f"{run['train_s']:8.1f}" if "train_s" in run else f"{'-':>8}"
+    held = f"{run['held_s']:7.1f}" if "held_s" in run else f"{'-':>7}"
     print(
         f"{name:>6} {seed:>4} {run['solved']!s:>6} {run['solve_s']:8.1f} "
-        f"{run['solve_env_steps']:>11} {train} {run['wall_s']:7.1f}",
+        f"{run['solve_env_steps']:>11} {held} {train} {run['wall_s']:7.1f}",
         flush=True,
     )
 
@@ -211,13 +225,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 4, 16], help="world sizes")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--vs", choices=["sb3"], help="also run this library, seeds interleaved")
-    parser.add_argument("--job", help="a job file instead of the built-in default job")
+    parser.add_argument("--job", default=FAST_JOB, help=f"the job file (default {FAST_JOB})")
     parser.add_argument(
         "--override", action="append", default=[], help="KEY=VALUE for hpcmarl (repeatable)"
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     parser.add_argument(
-        "--eval-interval-s", type=float, default=EVAL_INTERVAL_S, help="SB3's evaluation period"
+        "--eval-interval-s", type=float, help="SB3's evaluation period (default: the job's)"
     )
     parser.add_argument(
         "--sb3-timesteps", type=int, default=ZOO_TIMESTEPS, help="SB3's step budget (zoo: 5e4)"
@@ -235,13 +249,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.vs == "sb3" and importlib.util.find_spec("stable_baselines3") is None:
         print(SB3_FIX, file=sys.stderr)
         raise SystemExit(2)
-    job = ([args.job] if args.job else []) + args.override
+    job = [args.job, *HOLD, *args.override]
+    if args.eval_interval_s is None:
+        args.eval_interval_s = load_job(args.job, args.override).commander.eval_interval_s
     runs: dict[str, list[dict]] = {f"n{ranks}": [] for ranks in args.ranks}
     if args.vs:
         runs = {"sb3": [], **runs}
     print(
         f"{'run':>6} {'seed':>4} {'solved':>6} {'solve s':>8} {'solve steps':>11} "
-        f"{'train s':>8} {'wall s':>7}"
+        f"{'held s':>7} {'train s':>8} {'wall s':>7}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
