@@ -53,6 +53,19 @@ def test_cartpole_solves_under_mpirun(tmp_path: Path, ranks: int) -> None:
 
 @pytest.mark.mpi
 @pytest.mark.slow
+def test_the_fast_cartpole_job_solves_and_holds_it_under_mpirun(tmp_path: Path) -> None:
+    """jobs/cartpole_fast.yaml, the job bench_e2e races against SB3, as the bench runs it: two
+    evaluations in a row at 475 or more (its seeds solved in 15k-37k env steps)."""
+    args = ["-m", "hpcmarl", "jobs/cartpole_fast.yaml", "commander.stop_evals=2", STEP_BUDGET]
+    result = run_mpi(4, [*args, f"runtime.run_dir={tmp_path}"], timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "in 2 evaluations in a row" in finished_line(result.stdout)
+    evals = [r["return_mean"] for r in check_run_dir(tmp_path) if r["kind"] == "eval"]
+    assert min(evals[-2:]) >= 475
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
 def test_independent_dqn_on_simple_spread_improves(tmp_path: Path) -> None:
     """Three policies, three groups of transitions (jobs/spread_shared.yaml is the same data
     path with one policy; VDN and QMIX cover a shared policy on simple_spread)."""
