@@ -61,8 +61,6 @@ class Commander(Role):
         self.stats = RunStats(cfg.commander, offline=bool(cfg.offline.dataset))
         self.last_progress = time.monotonic()
         self.phase = "running"
-        self.evals_at_target = 0
-        """Evaluations in a row, up to the last, whose return reached `stop_value`."""
         self.stop_reason = ""
         self.exit_code = 0
         self.awaiting_ack: set[str] = set()
@@ -312,12 +310,11 @@ class Commander(Role):
             f"hpcmarl: eval return {value:.1f} +- {result['return_std']:.1f}{per_agent} over "
             f"{result['episodes']} episodes at {self.position()}"
         )
-        target = self.cfg.commander.stop_value
+        target, in_a_row = self.cfg.commander.stop_value, self.cfg.commander.stop_evals
         if target is None or self.phase != "running":
             return
-        self.evals_at_target = self.evals_at_target + 1 if value >= target else 0
-        in_a_row = self.cfg.commander.stop_evals
-        if self.evals_at_target >= in_a_row:
+        recent = self.stats.eval_returns[-in_a_row:]  # checkpointed with the run's stats
+        if len(recent) == in_a_row and min(recent) >= target:
             times = f" in {in_a_row} evaluations in a row" if in_a_row > 1 else ""
             self.request_stop(f"stop_value reached (eval return {value:.1f} >= {target:g}{times})")
 
@@ -413,7 +410,6 @@ class Commander(Role):
             "checkpoints": list(self.checkpoints.taken),
             "schedule": self.schedule.state(),
             "population": self.population.state(),
-            "evals_at_target": self.evals_at_target,
         }
 
     def load_state(self, tree: dict) -> None:
@@ -421,7 +417,6 @@ class Commander(Role):
         self.schedule.load_state(tree["schedule"])
         self.population.load_state(tree["population"])
         self.checkpoints.taken = list(tree["checkpoints"])
-        self.evals_at_target = int(tree.get("evals_at_target", 0))
         self.sink.resumed(self.stats.counters())
         self.sink.say(
             f"hpcmarl: resumed from checkpoint {self.checkpoints.taken[-1]} at {self.position()}"
