@@ -64,7 +64,7 @@ def num_params(module: nn.Module) -> int:
 def get_flat(module: nn.Module) -> np.ndarray:
     """A fresh float32 copy of all parameters: safe to hand to a nonblocking send while training
     goes on."""
-    return _gather(module, [p.detach() for p in module.parameters()])
+    return _gather([p.detach() for p in module.parameters()])
 
 
 def set_flat(module: nn.Module, flat: np.ndarray) -> None:
@@ -142,15 +142,8 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     return a.ctypes.data == b.ctypes.data and a.nbytes == b.nbytes and a.dtype == b.dtype
 
 
-def _params(module: nn.Module | Sequence[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
-    return list(module.parameters()) if isinstance(module, nn.Module) else list(module)
-
-
-def _gather(
-    module: nn.Module | list[torch.nn.Parameter], tensors: list[torch.Tensor]
-) -> np.ndarray:
-    params = _params(module)
-    out = np.empty(sum(p.numel() for p in params), dtype=np.float32)
+def _gather(tensors: list[torch.Tensor]) -> np.ndarray:
+    out = np.empty(sum(t.numel() for t in tensors), dtype=np.float32)
     offset = 0
     for t in tensors:
         n = t.numel()
@@ -159,8 +152,8 @@ def _gather(
     return out
 
 
-def _split(module: nn.Module | list[torch.nn.Parameter], flat: np.ndarray) -> list[torch.Tensor]:
-    params = _params(module)
+def _split(module: nn.Module, flat: np.ndarray) -> list[torch.Tensor]:
+    params = list(module.parameters())
     expected = sum(p.numel() for p in params)
     flat = np.asarray(flat)
     if flat.ndim != 1 or flat.size != expected:
