@@ -200,25 +200,35 @@ class PSRO(Schedule):
     # -- phase 2: best responses --------------------------------------------------------------
     def train_grants(self, s: Situation) -> list[Grant]:
         """Collect tasks until the iteration's steps and updates are done; a crew's learner
-        tasks once a collect task of its player has finished this iteration. Before that its
-        tables of the new generation are empty and would stay empty through a checkpoint's
-        quiesce (no new collect tasks), so a learner task waiting for samples there could never
-        finish, and the checkpoint would wait for it until the time limit."""
+        tasks as its players' data comes in (`paced_updates`)."""
         grants = []
         if not (self.collected() and self.trained()):
             for collector in s.waiting_collectors[: s.collector_slots]:
                 grants.append(Grant(collector, self.training_task(s)))
         quota = self.cfg.updates_per_iteration
         for members, groups in self.ctx.crews.items():
-            left = quota - self.updates[members]
-            if left <= 0 or not set(members) <= s.waiting_learners:
+            n = min(self.ctx.cfg.learner.updates_per_task, quota - self.updates[members])
+            if n <= 0 or not set(members) <= s.waiting_learners:
                 continue
-            if not all(self.steps[self.player_index(g)] for g in groups):
-                continue  # no data of this iteration is bound for its tables yet
-            n = min(self.ctx.cfg.learner.updates_per_task, left)
+            if self.updates[members] + n > self.paced_updates(groups):
+                continue
             self.updates[members] += n
             grants += self.crew_grants("learner", members, updates=n)
         return grants
+
+    def paced_updates(self, groups: tuple[str, ...]) -> float:
+        """The updates a crew may have been granted by now: its quota in proportion to the
+        steps its players have collected of their share of `steps_per_iteration`. Unpaced, how
+        much of the iteration's data, and how little of it explored at a high epsilon, a best
+        response was trained on depended on how fast the learner ran against the collectors:
+        on the machine, not on the job. None before its players' first data this iteration:
+        their tables are empty, and would stay so through a checkpoint's quiesce (no new
+        collect tasks), so a learner task waiting for samples there could never finish, and
+        the checkpoint would wait for it until the time limit. Collection goes on until the
+        quota is trained, so a crew always reaches it."""
+        share = self.cfg.steps_per_iteration / len(self.players)
+        collected = min(self.steps[self.player_index(g)] for g in groups)
+        return 0.0 if not collected else self.cfg.updates_per_iteration * collected / share
 
     def training_task(self, s: Situation) -> dict[str, Any]:
         """Train the next player in turn against policies drawn from the others' meta-strategy."""

@@ -156,6 +156,28 @@ def test_a_crew_learns_only_once_data_of_the_iteration_is_bound_for_its_tables()
     assert [g.role for g in schedule.grants(busy_learner0)] == ["learner1"]
 
 
+def test_a_crew_is_granted_updates_as_its_players_data_comes_in() -> None:
+    """Its quota in proportion to its player's share of the iteration's steps (2,048 of 4,096
+    here, 512 per collect task): a learner faster than its collectors spreads its updates over
+    the iteration's data instead of spending them on its first, most exploratory steps."""
+    schedule = PSRO(context("psro.steps_per_iteration=4096", "psro.updates_per_iteration=400"))
+    run_phase(schedule, "evaluate")
+    run_phase(schedule, "score")
+    for grant in schedule.grants(situation()):
+        finish(schedule, grant, groups={})
+    learner0_only = situation(collectors=(), learners=("learner0",))
+    for collected in (512, 1024):
+        collect = next(
+            g for g in schedule.grants(situation(learners=())) if g.task["record"] == ["player_0"]
+        )
+        finish(schedule, collect)
+        assert schedule.steps[0] == collected
+        (learn,) = schedule.grants(learner0_only)  # 400 x collected / 2048 = 100 more
+        assert learn.role == "learner0" and learn.task["updates"] == 100
+        finish(schedule, learn, groups={"player_0": {"version": 2}})
+        assert schedule.grants(learner0_only) == []  # the next 100 wait for the next 512 steps
+
+
 def run_iteration(schedule: PSRO) -> None:
     """From between iterations to the end of the next one."""
     assert schedule.phase == "between"
