@@ -46,6 +46,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from launcher import hpcmarl_command, hpcmarl_env  # noqa: E402
+
 from hpcmarl.comm.protocol import Message  # noqa: E402
 from hpcmarl.comm.transport import LocalTransport  # noqa: E402
 from hpcmarl.config.schema import ReplayConfig  # noqa: E402
@@ -177,14 +179,7 @@ def part_one(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 
 def part_two(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     run_dir = folder / "e2e"
-    cmd = [
-        "bash",
-        str(ROOT / "tools" / "mpirun.sh"),
-        "-n",
-        str(args.ranks),
-        sys.executable,
-        "-m",
-        "hpcmarl",
+    job = [
         "env.id=hpcmarl.testing.bulky:BulkyCartPole-v1",
         "commander.stop_value=null",
         "commander.max_env_steps=100000000",
@@ -194,13 +189,13 @@ def part_two(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         "replay.samples_per_insert=0",  # collectors run free: what they lose is the figure
         f"runtime.run_dir={run_dir}",
     ]
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "HPCMARL_VENV": str(Path(sys.executable).parents[1]),
-    }
     done = subprocess.run(
-        cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=args.e2e_seconds + 600
+        hpcmarl_command(args.ranks, job),
+        capture_output=True,
+        text=True,
+        env=hpcmarl_env(),
+        cwd=ROOT,
+        timeout=args.e2e_seconds + 600,
     )
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:])

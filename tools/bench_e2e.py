@@ -49,6 +49,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from launcher import hpcmarl_command, hpcmarl_env  # noqa: E402 - tools/ is sys.path[0]
+
 from hpcmarl.config.loader import load_job  # noqa: E402
 from hpcmarl.config.schema import CommanderConfig  # noqa: E402
 
@@ -76,20 +78,6 @@ SB3_FIX = "bench_e2e: error: --vs sb3 needs stable-baselines3; fix: pip install 
 FIELDS = ("solve_s", "solve_env_steps", "held_s", "train_s", "wall_s", "env_steps")
 
 
-def hpcmarl_command(ranks: int, seed: int, run_dir: Path, job: list[str]) -> list[str]:
-    """One plain process for one rank (every role co-located, no MPI), mpirun otherwise."""
-    launch = [] if ranks == 1 else ["bash", str(ROOT / "tools" / "mpirun.sh"), "-n", str(ranks)]
-    return [
-        *launch,
-        sys.executable,
-        "-m",
-        "hpcmarl",
-        *job,
-        f"seed={seed}",
-        f"runtime.run_dir={run_dir}",
-    ]
-
-
 HOLD = ["commander.stop_evals=2"]
 """A solve must last: two evaluations in a row at the stop value (issue 13)."""
 
@@ -100,11 +88,12 @@ def hpcmarl_run(ranks: int, seed: int, run_dir: Path, job: list[str], timeout: f
     start = time.monotonic()
     try:
         result = subprocess.run(
-            hpcmarl_command(ranks, seed, run_dir, job),
+            hpcmarl_command(ranks, [*job, f"seed={seed}", f"runtime.run_dir={run_dir}"], True),
             capture_output=True,
             text=True,
             timeout=timeout,
             cwd=ROOT,
+            env=hpcmarl_env(),
         )
         ok = result.returncode == 0
     except subprocess.TimeoutExpired:

@@ -29,7 +29,6 @@ import multiprocessing as mp
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from launcher import hpcmarl_command, hpcmarl_env
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = {
@@ -116,10 +116,9 @@ def launch(
 ) -> tuple[subprocess.CompletedProcess[str], float, list[dict]]:
     """`python -m hpcmarl ARGS` under `tools/mpirun.sh -n RANKS` into `run_dir`: its process,
     its wall seconds and the rows of its metrics.jsonl."""
-    cmd = ["bash", str(ROOT / "tools" / "mpirun.sh"), "-n", str(ranks), sys.executable]
-    cmd += ["-m", "hpcmarl", *args, f"runtime.run_dir={run_dir}"]
+    cmd = hpcmarl_command(ranks, [*args, f"runtime.run_dir={run_dir}"])
     start = time.monotonic()
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=hpcmarl_env())
     wall = time.monotonic() - start
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return result, wall, rows

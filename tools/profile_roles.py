@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from launcher import hpcmarl_command, hpcmarl_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,19 +32,16 @@ def run(ranks: int, args: argparse.Namespace, folder: Path) -> list[dict]:
     profile = folder / f"n{ranks}"
     job = [args.job] if args.job else []
     hpcmarl = [
-        "-m", "hpcmarl", *job, "commander.stop_value=null",
+        *job, "commander.stop_value=null",
         f"commander.max_env_steps={args.env_steps}", f"runtime.run_dir={folder / f'run{ranks}'}",
         *args.override,
     ]  # fmt: skip
-    launch = [] if ranks == 1 else ["bash", str(ROOT / "tools" / "mpirun.sh"), "-n", str(ranks)]
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "HPCMARL_PROFILE_DIR": str(profile),
-        "HPCMARL_VENV": str(Path(sys.executable).parents[1]),
-    }
     done = subprocess.run(
-        [*launch, sys.executable, *hpcmarl], capture_output=True, text=True, env=env, cwd=ROOT
+        hpcmarl_command(ranks, hpcmarl, plain_for_one=True),
+        capture_output=True,
+        text=True,
+        env=hpcmarl_env(HPCMARL_PROFILE_DIR=str(profile)),
+        cwd=ROOT,
     )
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:])

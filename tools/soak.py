@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from launcher import hpcmarl_command, hpcmarl_env
+
 from hpcmarl.testing.ranks import rank_pids, rss_mib
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,25 +67,20 @@ def main() -> None:
 def soak(args: argparse.Namespace, run_dir: Path) -> None:
     seconds = args.minutes * 60
     warmup = args.warmup_minutes * 60
-    cmd = [
-        "bash",
-        str(ROOT / "tools" / "mpirun.sh"),
-        "-n",
-        str(args.ranks),
-        sys.executable,
-        "-m",
-        "hpcmarl",
+    cmd = hpcmarl_command(args.ranks, [
         "commander.stop_value=null",
         "commander.max_env_steps=1000000000",
         f"commander.max_wall_time_s={seconds}",
         f"runtime.run_dir={run_dir}",
         *args.overrides,
-    ]
+    ])  # fmt: skip
     log_path = run_dir.parent / f"{run_dir.name}.log"
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     print(f"soak: {' '.join(cmd[3:])}\nsoak: log {log_path}", flush=True)
     with open(log_path, "w") as log:
-        job = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        job = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=hpcmarl_env()
+        )
     start = time.monotonic()
     pids: dict[int, int] = {}
     samples: dict[int, list[tuple[float, float]]] = {}
