@@ -61,14 +61,20 @@ class SumTree:
         """Set leaf priorities; where an index repeats, its last priority in the batch wins."""
         indices = self._check_indices(indices)
         priorities = self._check_priorities(priorities, len(indices))
-        if len(indices) == 0:
-            return
+        if len(indices):
+            self.set_leaves(indices, priorities)
+
+    def set_leaves(self, indices: np.ndarray, priorities: np.ndarray | float) -> None:
+        """`update` for a caller that has checked its arguments itself: at least one int64
+        index, each in range, and finite priorities >= 0 (a replay table's priority update,
+        whose indices are those of live insert ids, costs fewer numpy calls so)."""
         last = _last_occurrences(indices)
         nodes = indices[last] + self._size
         self._tree[nodes] = priorities[last] if isinstance(priorities, np.ndarray) else priorities
-        # `nodes` stays sorted, so its ends tell when all paths have merged. A parent shared by
-        # several nodes is written several times with the same sum: cheaper than deduplicating.
-        while nodes[0] != nodes[-1]:
+        # `nodes` is sorted, so all paths have merged once its ends have: after as many levels
+        # as their XOR has bits. A parent shared by several nodes is written several times with
+        # the same sum: cheaper than deduplicating.
+        for _ in range((int(nodes[0]) ^ int(nodes[-1])).bit_length()):
             left = nodes & -2
             nodes >>= 1
             self._tree[nodes] = self._tree[left] + self._right[left]

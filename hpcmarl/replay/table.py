@@ -157,14 +157,21 @@ class ReplayTable:
         td_errors = np.asarray(td_errors, dtype=np.float64)
         if not indices.shape == insert_ids.shape == td_errors.shape:
             raise ValueError("indices, insert_ids and td_errors must have the same shape")
-        if np.any(insert_ids % self.capacity != indices):
+        if (insert_ids % self.capacity != indices).any():
             raise ValueError("indices do not match insert_ids; pass both from one SampleInfo")
         live = (insert_ids >= self.total_inserted - self.size) & (insert_ids < self.total_inserted)
-        priorities = (np.abs(td_errors[live]) + self.eps) ** self.alpha
-        self._tree.update(indices[live], priorities)
-        if len(priorities):
-            self._max_priority = max(self._max_priority, float(priorities.max()))
-        return int(live.sum())
+        if not live.all():
+            indices, td_errors = indices[live], td_errors[live]
+        if not len(indices):
+            return 0
+        priorities = (np.abs(td_errors) + self.eps) ** self.alpha
+        highest = float(priorities.max())
+        if not highest < np.inf:  # NaN fails it too
+            raise ValueError(f"td_errors must be finite, got a priority of {highest}")
+        # Live insert ids hold rows of this table, so their indices are in range.
+        self._tree.set_leaves(indices, priorities)
+        self._max_priority = max(self._max_priority, highest)
+        return len(indices)
 
     def state(self, views: bool = False) -> dict[str, Any]:
         """Everything needed to resume: rows oldest first, their ids and priorities, counters and
