@@ -20,14 +20,13 @@ import numpy as np
 import torch
 
 from hpcmarl.algos.actors import build_actor
-from hpcmarl.comm.transport import LocalTransport
 from hpcmarl.config.schema import JobConfig
 from hpcmarl.envs import make_vector_env
 from hpcmarl.launch.build import build_collector, build_population, item_specs, probe_env
-from hpcmarl.launch.topology import build_topology
 from hpcmarl.population import Population
 from hpcmarl.roles.param_server import ParameterServer
 from hpcmarl.roles.replay_shard import ReplayShard
+from hpcmarl.testing.world import OneRank
 
 SPREAD = ("pettingzoo", "mpe2.simple_spread_v3", {"max_cycles": 25, "continuous_actions": False})
 CASES = {
@@ -65,11 +64,10 @@ def weights_for(population: Population) -> dict[str, np.ndarray]:
 
 def collector_rate(cfg: JobConfig, seconds: float) -> float:
     """Env steps per second of collector time, the collector running one endless task."""
-    spec = probe_env(cfg)
-    topology = build_topology(1, cfg.topology, spec.training_groups())
-    transport = LocalTransport(topology.rank_of, 0)
+    world = OneRank(cfg)
+    spec, topology, transport = world.spec, world.topology, world.transport
     commander = transport.register("commander")
-    population = build_population(cfg, spec)
+    population = world.population()
     server = ParameterServer("ps0", transport)
     for key, flat in weights_for(population).items():
         server.create_table(key, population.spec(key).to_json()).set_weights(flat)

@@ -12,17 +12,16 @@ import numpy as np
 import pytest
 
 from hpcmarl.comm.protocol import Message
-from hpcmarl.comm.transport import LocalTransport
 from hpcmarl.config.loader import load_job
 from hpcmarl.launch import memory, run
-from hpcmarl.launch.build import build_replay_shard, item_specs, probe_env
+from hpcmarl.launch.build import build_replay_shard, item_specs
 from hpcmarl.launch.signal_lead import lead_warning, measure_write_rate
-from hpcmarl.launch.topology import build_topology
 from hpcmarl.replay.table import ReplayTable
 from hpcmarl.roles.state_tree import flatten
 from hpcmarl.storage.checkpoint import role_file
 from hpcmarl.storage.hdf5 import COMPRESS_BELOW, Pieces, read_tree, write_tree_atomic
 from hpcmarl.storage.writer import TRUSTED_BYTES, CheckpointWriter, snapshot, tree_nbytes
+from hpcmarl.testing.world import OneRank
 
 
 def test_pieces_are_written_as_one_array(tmp_path: Path) -> None:
@@ -87,10 +86,9 @@ def test_a_table_state_as_views_equals_its_copy(prioritized: bool) -> None:
 
 def shard_world(tmp_path: Path):
     cfg = load_job("jobs/cartpole_dqn.yaml", ["replay.learning_starts=1"])
-    spec = probe_env(cfg)
-    topology = build_topology(1, cfg.topology, spec.training_groups())
-    transport = LocalTransport(topology.rank_of, 0)
-    shard = build_replay_shard(cfg, spec, topology, transport, "replay0")
+    world = OneRank(cfg)
+    spec, transport = world.spec, world.transport
+    shard = build_replay_shard(cfg, spec, world.topology, transport, "replay0")
     (group,) = item_specs(cfg, spec)
     items = item_specs(cfg, spec)[group]
 

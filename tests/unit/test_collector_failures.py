@@ -7,13 +7,10 @@ import numpy as np
 import pytest
 
 from hpcmarl.comm.protocol import Message
-from hpcmarl.comm.transport import LocalTransport
 from hpcmarl.config.schema import JobConfig
-from hpcmarl.launch.build import build_collector, build_population, probe_env
-from hpcmarl.launch.topology import build_topology
-from hpcmarl.metrics import MetricsSink
-from hpcmarl.roles.commander import Commander
+from hpcmarl.launch.build import build_collector
 from hpcmarl.roles.param_server import ParameterServer
+from hpcmarl.testing.world import OneRank
 
 
 class FailingSteps:
@@ -35,17 +32,14 @@ class FailingSteps:
 def setup(tmp_path, fail_on: set[int]):
     cfg = JobConfig()
     cfg.topology.collectors, cfg.topology.learners, cfg.topology.replay_shards = 1, 1, 1
-    spec = probe_env(cfg)
-    topology = build_topology(1, cfg.topology, spec.training_groups())
-    transport = LocalTransport(topology.rank_of, 0)
-    population = build_population(cfg, spec)
-    sink = MetricsSink(str(tmp_path), open("/dev/null", "w"))
-    commander = Commander(transport, cfg, topology, sink, population, spec.bindings("main"))
+    world = OneRank(cfg)
+    transport, population = world.transport, world.population()
+    commander = world.commander(tmp_path, population)
     server = ParameterServer("ps0", transport)
     for key in population.keys():  # the learner's first push, by hand
         table = server.create_table(key, population.spec(key).to_json())
         table.set_weights(np.zeros(population.spec(key).size, np.float32))
-    collector = build_collector(cfg, spec, topology, transport, "collector0")
+    collector = build_collector(cfg, world.spec, world.topology, transport, "collector0")
     collector.env = FailingSteps(collector.env, fail_on)
     transport.register("replay0")
     transport.send(Message("credit", "replay0", "collector0", {"n": 100}))

@@ -15,17 +15,15 @@ from hpcmarl.comm.transport import LocalTransport
 from hpcmarl.config.loader import load_job
 from hpcmarl.errors import ConfigError, EnvError
 from hpcmarl.launch.build import build_learner, build_replay_shard, item_specs, probe_env
-from hpcmarl.launch.topology import build_topology
+from hpcmarl.testing.world import OneRank
 
 JOB = "jobs/kuhn_psro.yaml"
 
 
 def world(*overrides: str):
     cfg = load_job(JOB, ["replay.learning_starts=1", "topology.learners=1", *overrides])
-    spec = probe_env(cfg)
-    topology = build_topology(1, cfg.topology, spec.training_groups())
-    transport = LocalTransport(topology.rank_of, 0)
-    return cfg, spec, topology, transport
+    world = OneRank(cfg)
+    return cfg, world.spec, world.topology, world.transport
 
 
 def batch_of(cfg, spec, group: str, n: int, value: float) -> dict[str, np.ndarray]:

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from hpcmarl.comm.transport import LocalTransport
 from hpcmarl.config.loader import job_from_dict
 from hpcmarl.config.schema import JobConfig
 from hpcmarl.errors import ConfigError
-from hpcmarl.launch.build import build_population, probe_env
-from hpcmarl.launch.topology import build_topology
-from hpcmarl.metrics import MetricsSink
 from hpcmarl.roles.commander import Commander
+from hpcmarl.testing.world import OneRank
 
 
 def commander(tmp_path, stop_evals: int) -> Commander:
@@ -20,12 +17,7 @@ def commander(tmp_path, stop_evals: int) -> Commander:
     cfg.commander.stop_evals = stop_evals
     cfg.checkpoint.at_end = False  # stop at once: no final checkpoint to run
     cfg.topology.collectors, cfg.topology.learners, cfg.topology.replay_shards = 1, 1, 1
-    spec = probe_env(cfg)
-    topology = build_topology(1, cfg.topology, spec.training_groups())
-    transport = LocalTransport(topology.rank_of, 0)
-    sink = MetricsSink(str(tmp_path), open("/dev/null", "w"))
-    population = build_population(cfg, spec)
-    return Commander(transport, cfg, topology, sink, population, spec.bindings("main"))
+    return OneRank(cfg).commander(tmp_path)
 
 
 def evaluation(value: float) -> dict:
