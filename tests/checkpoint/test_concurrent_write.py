@@ -10,7 +10,11 @@ from pathlib import Path
 
 from ..mpi.conftest import run_local, run_mpi
 
-WRITE_DELAY_S = 8.0
+WRITE_DELAY_S = 12.0
+HEARTBEAT_TIMEOUT_S = 10.0
+"""Shorter than the write, so a role stalled by it would fail the run; longer than the 6 s
+the ranks' start-up (torch imported, envs built) once took on a loaded 2-core node, since the
+commander counts silence from its own start."""
 
 
 def records(run_dir: Path) -> list[dict]:
@@ -27,7 +31,7 @@ def test_work_goes_on_while_a_slow_checkpoint_is_written(tmp_path: Path) -> None
         "checkpoint.interval_s=3",
         "replay.learning_starts=200",
         "runtime.heartbeat_interval_s=0.5",
-        "runtime.heartbeat_timeout_s=6",  # shorter than the write: a stalled role would fail
+        f"runtime.heartbeat_timeout_s={HEARTBEAT_TIMEOUT_S}",
         f"runtime.run_dir={tmp_path}",
     ]
     env = {"HPCMARL_FAULT_WRITE_DELAY": f"replay_shard:{WRITE_DELAY_S}"}

@@ -1,7 +1,7 @@
 """MALib's producer options in a real run: a feed-forward DQN on CartPole without its
 velocities, acting on stacks of its last 4 observations (`replay.stack_num`), with tables that
 store each frame once and no next observations (`replay.ignore_obs_next`), learns what a single
-frame cannot tell it: it passes 100 by 20k env steps (about 150 at 15k) where the same DQN on
+frame cannot tell it: it passes 100 by 30k env steps (mostly by 20k) where the same DQN on
 single frames stays near 45 (tests/mpi/test_recurrent.py holds it below 90). Two collectors
 feed two shards, one each; the run checkpoints and resumes on one shard, its runs dealt whole.
 An env that stacks its own frames, stored with `replay.save_only_last_obs`, trains exactly as
@@ -66,8 +66,10 @@ def test_stacked_frames_let_a_feed_forward_dqn_balance_without_velocities(tmp_pa
     assert "export the run's replay logs" in export.stderr
     resumed = run_mpi(
         1,
-        ["-m", "hpcmarl", "resume", str(tmp_path), "commander.max_env_steps=20000", RESHARD]
-        + ["commander.stop_value=100.1"],  # the first evaluation past 100 ends it
+        ["-m", "hpcmarl", "resume", str(tmp_path), "commander.max_env_steps=30000", RESHARD]
+        # The first evaluation past 100 ends it: by 20k steps in most runs, but 2 of 5 ended
+        # there at 96 or below (2026-12-03, 2 cores), so the budget leaves the slow ones room.
+        + ["commander.stop_value=100.1"],
         timeout=400,
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
