@@ -88,7 +88,9 @@ def hpcmarl_run(ranks: int, seed: int, run_dir: Path, job: list[str], timeout: f
     start = time.monotonic()
     try:
         result = subprocess.run(
-            hpcmarl_command(ranks, [*job, f"seed={seed}", f"runtime.run_dir={run_dir}"], True),
+            hpcmarl_command(
+                ranks, [*job, f"seed={seed}", f"runtime.run_dir={run_dir}"], plain_for_one=True
+            ),
             capture_output=True,
             text=True,
             timeout=timeout,
