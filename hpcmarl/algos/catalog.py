@@ -101,6 +101,12 @@ class QMIXConfig:
     """QMIX: width of the hidden layer of the hypernetworks that make the mixing weights."""
     double_q: bool = True
     """The online agents pick the next actions, the target agents score them."""
+    standardize_rewards: bool = True
+    """Train on the team reward less its running mean, over its running standard deviation
+    (EPyMARL's default): Q-values stay near 0 and of unit scale whatever the env's reward
+    units, which is where the mixing network's ELU and its initial weights work as designed.
+    Centring also changes what ending an episode early is worth; set false where episodes end
+    by termination and that matters."""
     td_lambda: float = 0.0
     """TD(lambda) targets over the episode (0: one-step targets)."""
     target_network_update_freq: int = 200

@@ -6,8 +6,9 @@ one-hot agent index on their observations. The team's value is a mix of the agen
 Q-values: VDN adds them; QMIX mixes them through a network whose weights a hypernetwork makes
 from the global state, made non-negative so that Q_tot rises with every agent's Q (each agent's
 greedy action is then the team's). One optimizer trains the agents and the mixer on the team
-reward (the sum of the agents' rewards); a target copy of both is refreshed every
-`target_network_update_freq` updates.
+reward (the sum of the agents' rewards; with `standardize_rewards`, less its running mean and
+over its running standard deviation, moments the group averages before every update); a
+target copy of both is refreshed every `target_network_update_freq` updates.
 
 Items are whole episodes, `[T_max, agents, ...]` padded after the last step (`filled` marks the
 real steps; `items.writers.EpisodeWriter`), sampled uniformly from replay. The update runs the
@@ -32,9 +33,10 @@ import torch
 from torch import nn
 
 from hpcmarl.algos.base import NetworkAlgorithm
-from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec
+from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec, UpdateSteps
 from hpcmarl.algos.masking import masked_argmax
 from hpcmarl.algos.networks import RecurrentQNet, recurrent_layout
+from hpcmarl.algos.returns import ValueNorm
 from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec
 
 
@@ -137,6 +139,9 @@ class ValueDecomposition(NetworkAlgorithm):
         super().__init__(group, job, seed, device)
         self.n_agents = len(group.agents)
         self.agent_ids = len(group.agents_of(group.policies[0])) if self.q.agent_id else 0
+        self.reward_norm = ValueNorm()
+        """Running moments of the team reward (`standardize_rewards`), the same on every
+        member of the group: each update averages its batch's moments over the group first."""
 
     # -- networks ---------------------------------------------------------------------------
     def build_networks(self) -> dict[str, nn.Module]:
@@ -169,6 +174,13 @@ class ValueDecomposition(NetworkAlgorithm):
             self.mixer_target.load_state_dict(self.mixer.state_dict())
 
     # -- the update (the base's one gradient per batch) ---------------------------------------
+    def update(self, batch: Batch, weights: np.ndarray | None = None) -> UpdateSteps:
+        if self.q.standardize_rewards:
+            filled = np.asarray(batch["filled"])
+            team = np.asarray(batch["rewards"], np.float64).sum(axis=-1)[filled]
+            self.reward_norm.update_from((yield self.reward_norm.moments(team)))
+        return (yield from super().update(batch, weights))
+
     def compute_gradients(
         self, batch: Batch, weights: np.ndarray | None
     ) -> tuple[np.ndarray, dict[str, float], np.ndarray]:
@@ -198,6 +210,8 @@ class ValueDecomposition(NetworkAlgorithm):
             "target_mean": target[real].mean().item() if real.any() else 0.0,
             "td_abs_mean": float(td.detach().abs().sum().item() / count.item()),
         }
+        if self.q.standardize_rewards:
+            stats["reward_mean"], stats["reward_std"] = self.reward_norm.stats()
         return flat_grad, stats, errors
 
     def targets(
@@ -211,11 +225,22 @@ class ValueDecomposition(NetworkAlgorithm):
         q_next = q_next * (1.0 - t["terminations"]) * t["active"]  # a done agent adds nothing
         next_tot = self.mixer_target(q_next, t.get("next_state"))  # [B, T]
         reward = t["rewards"].sum(dim=-1)  # the team reward
+        if self.q.standardize_rewards:
+            mean, std = self.reward_norm.stats()
+            reward = (reward - mean) / std
         done = (t["terminations"] + (1.0 - t["active"])).clamp(max=1.0).min(dim=-1).values
         gamma = self.cfg.gamma
         if self.q.td_lambda <= 0:
             return reward + gamma * (1.0 - done) * next_tot
         return lambda_returns(reward, next_tot, done, t["filled"], gamma, self.q.td_lambda)
+
+    # -- resume -----------------------------------------------------------------------------
+    def extra_state(self) -> dict[str, np.ndarray]:
+        return {"reward_norm": self.reward_norm.state()}
+
+    def load_extra_state(self, state: dict[str, np.ndarray]) -> None:
+        if "reward_norm" in state:  # absent from checkpoints written before it existed
+            self.reward_norm.load_state(state["reward_norm"])
 
 
 def next_values(

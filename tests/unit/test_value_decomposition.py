@@ -228,3 +228,27 @@ def test_updates_lower_the_loss_and_resume_bit_for_bit(mixer: str) -> None:
     a, b = run_update(algo, batch), run_update(twin, batch)
     assert a.stats == b.stats
     np.testing.assert_array_equal(algo.group_weights(), twin.group_weights())
+
+
+def test_rewards_are_standardized_by_moments_the_group_averages_first() -> None:
+    algo = make_team("vdn", gamma=0.9)
+    plain = make_team("vdn", gamma=0.9, qmix__standardize_rewards=False)
+    batch = random_episodes(algo, 3)
+    team = batch["rewards"].astype(np.float64).sum(axis=-1)[batch["filled"]]
+    steps = algo.update(batch)
+    moments = next(steps)  # what data-parallel members average before anything else
+    np.testing.assert_allclose(moments, [team.mean(), (team**2).mean(), 1.0], rtol=1e-5)
+    grad = steps.send(moments)
+    with pytest.raises(StopIteration):
+        steps.send(grad)
+    mean, std = algo.reward_norm.stats()
+    assert mean == pytest.approx(team.mean(), rel=1e-5)
+    assert std == pytest.approx(max(team.var(), 1e-2) ** 0.5, rel=1e-4)
+    plain.load_group_weights(algo.group_weights())
+    t = tensors_of(batch, algo.device)
+    inputs = sequence_inputs(t["observations"], t["next_observations"], algo.agent_ids)
+    with torch.no_grad():
+        online = unroll(algo.agent, inputs)[0]
+        shift = algo.targets(t, online, inputs) - plain.targets(t, online, inputs)
+    reward = t["rewards"].sum(-1)
+    np.testing.assert_allclose(shift.numpy(), ((reward - mean) / std - reward).numpy(), atol=1e-5)
