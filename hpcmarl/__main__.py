@@ -12,7 +12,7 @@ import sys
 USAGE = """usage: python -m hpcmarl [train] [JOB.yaml] [key=value ...]
        python -m hpcmarl resume RUN_DIR [key=value ...]   continue from the newest checkpoint
        python -m hpcmarl analyze RUN_DIR_OR_FILE... [--out DIR] [--json]
-       python -m hpcmarl export FILE --format minari|d4rl [--agent ID] [--out PATH]
+       python -m hpcmarl export FILE --format minari|d4rl [--agent ID | --team] [--out PATH]
        python -m hpcmarl --explain        every job key with its type, default and meaning
 
 examples:

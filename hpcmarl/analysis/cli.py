@@ -59,13 +59,18 @@ def _analyze_parser() -> argparse.ArgumentParser:
 def _export_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m hpcmarl export",
-        description="Export one agent's transitions from a replay file.",
+        description="Export one agent's transitions, or a team's episodes, from a replay file.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("path", metavar="FILE")
     p.add_argument("--format", required=True, choices=("minari", "d4rl"))
     p.add_argument("--agent", help="agent id (name or number); needed for multi-agent files")
+    p.add_argument(
+        "--team",
+        action="store_true",
+        help="minari: one episode per env episode with every agent's data (Dict spaces)",
+    )
     p.add_argument("--out", help="output path (default: beside FILE)")
     p.add_argument("--chunk-rows", type=int, default=CHUNK_ROWS, help=argparse.SUPPRESS)
     return p
@@ -142,7 +147,7 @@ def episode_writer(stream: TextIO) -> EpisodeSink:
 def _export(args: argparse.Namespace) -> int:
     from .export import export
 
-    result = export(args.path, args.format, args.agent, args.out, args.chunk_rows)
+    result = export(args.path, args.format, args.agent, args.out, args.chunk_rows, args.team)
     print(json.dumps(result))
     return 0
 

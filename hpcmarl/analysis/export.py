@@ -10,6 +10,14 @@ h5py-only readers. A Minari episode ends at the agent's first done row: rows an 
 pads a finished agent with are not transitions and are left out. Episodes cut by the start or
 end of the file are left out too, and counted.
 
+`--team` (Minari only) writes a team's episodes instead: one episode per env episode with every
+agent's data, in Minari's Dict layout (`observations/<agent>`, `actions/<agent>`, and Dict
+observation and action spaces in the metadata). Its `rewards` are the team reward (the sum over
+the agents), `infos/rewards/<agent>` each agent's own, `infos/active/<agent>` which steps an
+agent really took: an agent that finished first is padded to the team's length with its final
+observation, action 0 and reward 0. The episode terminates where its last agent's episode
+terminated, else it is truncated. A team episode with any agent's rows missing is left out.
+
 Both outputs are written under a temporary name and renamed when complete; an existing output
 is never overwritten.
 """
@@ -41,11 +49,18 @@ _D4RL_INFOS = ("episode_id", "step", "policy_version")
 
 
 def export(
-    path: str | Path, fmt: str, agent: str | None, out: str | Path | None, chunk_rows: int
+    path: str | Path,
+    fmt: str,
+    agent: str | None,
+    out: str | Path | None,
+    chunk_rows: int,
+    team: bool = False,
 ) -> dict[str, Any]:
     """Write the export and return what was written (path, rows, episodes, left out)."""
     with ExitStack() as stack:
         source = _one_source(path, stack)
+        if team:
+            return _export_team(source, Path(path), fmt, agent, out, chunk_rows)
         k = _pick_agent(source, agent)
         target = Path(out) if out else _default_out(Path(path), source.agents[k], fmt)
         if target.exists():
@@ -162,7 +177,7 @@ class MinariWriter:
             with h5py.File(data / "main_data.hdf5", "w-", track_order=True) as f:
                 for cols in rows:
                     self._add(f, cols)
-                self.cut += len(self.open)
+                self.cut += self.unfinished()
                 metadata = self._metadata()
                 f.attrs.update({k: v for k, v in metadata.items() if not isinstance(v, dict)})
             (data / "metadata.json").write_text(json.dumps(metadata))
@@ -171,6 +186,10 @@ class MinariWriter:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return {"episodes": self.count, "steps": self.steps, "episodes_left_out": self.cut}
+
+    def unfinished(self) -> int:
+        """Episodes still open at the end of the file: cut by it, left out."""
+        return len(self.open)
 
     def _add(self, f: h5py.File, cols: dict[str, np.ndarray]) -> None:
         if not len(cols["rewards"]):
@@ -267,3 +286,122 @@ def _dataset_id(env_id: str, agent: str) -> str:
     """`hpcmarl/<env>-<agent>-v0`, in the characters Minari accepts in an id."""
     name = re.sub(r"[^\w.-]+", "_", f"{env_id}-{agent.lstrip('#')}")
     return f"hpcmarl/{name}-v0"
+
+
+# -- a team's episodes ---------------------------------------------------------------------------
+def _export_team(
+    source: Source, path: Path, fmt: str, agent: str | None, out: str | Path | None, chunk: int
+) -> dict[str, Any]:
+    if fmt != "minari" or agent is not None:
+        raise StorageError(
+            "--team writes every agent's data into one Minari episode per env episode",
+            "use --format minari --team without --agent (D4RL is one agent's flat rows)",
+        )
+    target = Path(out) if out else _default_out(path, "team", fmt)
+    if target.exists():
+        raise StorageError(f"{target} exists", "delete it or choose another path with --out")
+    for table in source.tables:
+        table.require(COLUMNS)
+    rows = (cols for _, _, cols in chunks(source, COLUMNS, chunk))
+    result = TeamMinariWriter(source).write(rows, target)
+    return {"format": fmt, "agent": "team", "out": str(target), **result}
+
+
+class TeamMinariWriter(MinariWriter):
+    """Each agent's episode gathered as `MinariWriter` gathers one agent's; a team episode is
+    written once every agent's is complete."""
+
+    def __init__(self, source: Source) -> None:
+        super().__init__(source, 0)
+        self.agents = list(source.agents)
+        self.team_open: dict[int, dict[int, _Held]] = {}
+        self.done_agents: dict[int, dict[int, dict[str, np.ndarray]]] = {}
+        self.max_actions = [-1] * len(self.agents)
+        self.obs_dims = [0] * len(self.agents)
+
+    def _add(self, f: h5py.File, cols: dict[str, np.ndarray]) -> None:
+        if not len(cols["rewards"]):
+            return
+        key = cols["agent_id"].astype(np.int64) * (1 << 40) + cols["episode_id"]
+        starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+        for a, b in zip(starts, [*starts[1:], len(key)], strict=True):
+            run = {n: c[a:b] for n, c in cols.items()}
+            self._add_agent_run(f, int(run["agent_id"][0]), int(run["episode_id"][0]), run)
+
+    def unfinished(self) -> int:
+        return len(self.team_open)
+
+    def _add_agent_run(self, f: h5py.File, k: int, episode: int, run: Columns) -> None:
+        if episode in self.finished or k in self.done_agents.get(episode, {}):
+            return  # padding after the agent's (or the team's) episode ended
+        self.obs_dims[k] = run["observations"].shape[1]
+        self.max_actions[k] = max(self.max_actions[k], int(run["actions"].max()))
+        held = self.team_open.setdefault(episode, {}).setdefault(k, _Held())
+        held.add(run)
+        cols = held.complete()
+        if cols is None:
+            return
+        del self.team_open[episode][k]
+        done = self.done_agents.setdefault(episode, {})
+        done[k] = cols
+        if len(done) == len(self.agents):
+            del self.team_open[episode], self.done_agents[episode]
+            self._write_team_episode(f, episode, done)
+            self._close(episode)
+
+    def _write_team_episode(
+        self, f: h5py.File, episode: int, by_agent: dict[int, dict[str, np.ndarray]]
+    ) -> None:
+        steps = max(len(cols["rewards"]) for cols in by_agent.values())
+        group = f.create_group(f"episode_{self.count}")
+        group.attrs["id"] = self.count
+        group.attrs["total_steps"] = steps
+        group.attrs["hpcmarl_episode_id"] = episode
+        obs, actions = group.create_group("observations"), group.create_group("actions")
+        infos = group.create_group("infos")
+        rewards, active = infos.create_group("rewards"), infos.create_group("active")
+        team_reward = np.zeros(steps, np.float64)
+        last_terminated = []
+        for k, name in enumerate(self.agents):
+            cols = by_agent[k]
+            t = len(cols["rewards"])
+            pad = steps - t
+            seen = np.concatenate([cols["observations"], cols["next_observations"][-1:]])
+            obs[name] = np.concatenate([seen, np.repeat(seen[-1:], pad, axis=0)])
+            actions[name] = np.concatenate([cols["actions"], np.zeros(pad, cols["actions"].dtype)])
+            own = np.concatenate([cols["rewards"], np.zeros(pad, cols["rewards"].dtype)])
+            rewards[name] = own
+            active[name] = np.arange(steps) < t
+            team_reward += own
+            if t == steps:
+                last_terminated.append(bool(cols["terminations"][-1]))
+        terminated = np.zeros(steps, bool)
+        terminated[-1] = all(last_terminated)
+        group["rewards"] = team_reward.astype(np.float32)
+        group["terminations"] = terminated
+        truncated = np.zeros(steps, bool)
+        truncated[-1] = not terminated[-1]
+        group["truncations"] = truncated
+        self.count += 1
+        self.steps += steps
+
+    def _metadata(self) -> dict[str, Any]:
+        obs, act = {}, {}
+        for k, name in enumerate(self.agents):
+            inf = [float("inf")] * self.obs_dims[k]
+            obs[name] = {"type": "Box", "dtype": "float32", "shape": [self.obs_dims[k]],
+                         "low": [-x for x in inf], "high": inf}  # fmt: skip
+            space = self.source.action_spaces.get(name)
+            n = int(space["n"]) if space else self.max_actions[k] + 1
+            act[name] = {"type": "Discrete", "dtype": "int64", "start": 0, "n": n}
+        return {
+            "dataset_id": _dataset_id(self.source.env_id or "replay", "team"),
+            "total_episodes": self.count,
+            "total_steps": self.steps,
+            "data_format": "hdf5",
+            "observation_space": json.dumps({"type": "Dict", "subspaces": obs}),
+            "action_space": json.dumps({"type": "Dict", "subspaces": act}),
+            "minari_version": MINARI_FORMAT_VERSION,
+            "algorithm_name": "hpcmarl",
+            "hpcmarl": {"source": self.source.label, "agents": self.agents},
+        }

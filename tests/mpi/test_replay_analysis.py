@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import h5py
+import numpy as np
 import pytest
 
 from .conftest import run_local, run_mpi
@@ -136,3 +138,17 @@ def test_analysis_reads_episode_and_sequence_tables_as_the_steps_they_hold(
     )
     assert export.returncode == 0, export.stderr[-3000:]
     assert json.loads(export.stdout.splitlines()[-1])["episodes"] > 5
+    if job != "qmix-episodes":
+        return
+    # The team's episodes, every agent's data in one Minari episode per env episode.
+    team_out = tmp_path / "team"
+    cmd = ["-m", "hpcmarl", "export", str(shard), "--format", "minari", "--team"]
+    team = run_local([*cmd, "--out", str(team_out)], 120)
+    assert team.returncode == 0, team.stderr[-3000:]
+    written = json.loads(team.stdout.splitlines()[-1])
+    assert written["episodes"] > 5 and written["steps"] == 25 * written["episodes"]
+    with h5py.File(team_out / "data" / "main_data.hdf5") as f:
+        episode = f["episode_0"]
+        assert sorted(episode["observations"]) == ["#0", "#1", "#2"]  # a checkpoint's labels
+        per_agent = sum(episode["infos/rewards"][a][()] for a in episode["infos/rewards"])
+        np.testing.assert_allclose(episode["rewards"][()], per_agent, rtol=1e-6)

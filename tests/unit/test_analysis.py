@@ -266,6 +266,69 @@ def test_minari_export_reassembles_episodes_split_over_checkpoint_shards(
             np.testing.assert_array_equal(ep["actions"][()], g["actions"][rows])
 
 
+def test_minari_team_export_holds_every_agents_data_per_env_episode(
+    multi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--team`: one Minari episode per env episode, every agent's data in Dict fields, read
+    back by the real `minari` package. Agent c may finish first: its steps after its done are
+    padding, marked inactive, worth 0."""
+    import minari
+
+    path, truth = multi
+    exported = tmp_path / "team"
+    assert export([path, "--format", "minari", "--team", "--out", exported]) == 0
+    meta = json.loads((exported / "data" / "metadata.json").read_text())
+    assert meta["total_episodes"] == len(truth.episodes)
+    assert meta["total_steps"] == sum(n for n, _ in truth.episodes.values())
+    root = tmp_path / "datasets"
+    (root / meta["dataset_id"]).parent.mkdir(parents=True)
+    exported.rename(root / meta["dataset_id"])
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    dataset = minari.load_dataset(meta["dataset_id"])
+    assert set(dataset.observation_space.spaces) == {"a", "b", "c"}
+    with (
+        h5py.File(path) as src,
+        h5py.File(root / meta["dataset_id"] / "data" / "main_data.hdf5") as f,
+    ):
+        stored = {a: {n: ds[()] for n, ds in src[f"agents/{a}"].items()} for a in "abc"}
+        hpcmarl_id = {int(k.split("_")[1]): int(f[k].attrs["hpcmarl_episode_id"]) for k in f}
+        active = {int(k.split("_")[1]): {a: f[k]["infos/active"][a][()] for a in "abc"} for k in f}
+    seen = 0
+    for episode in dataset.iterate_episodes():
+        length, returns = truth.episodes[hpcmarl_id[episode.id]]
+        assert len(episode.rewards) == length
+        team = np.zeros(length)
+        for k, agent in enumerate("abc"):
+            g = stored[agent]
+            rows = np.flatnonzero(g["episode_id"] == hpcmarl_id[episode.id])
+            done = g["terminations"][rows] | g["truncations"][rows]
+            mine = rows[: int(np.argmax(done)) + 1]  # up to the agent's first done
+            t = len(mine)
+            assert active[episode.id][agent].tolist() == [True] * t + [False] * (length - t)
+            obs = np.concatenate([g["observations"][mine], g["next_observations"][mine][-1:]])
+            np.testing.assert_array_equal(episode.observations[agent][: t + 1], obs)
+            assert (episode.observations[agent][t + 1 :] == obs[-1]).all()
+            np.testing.assert_array_equal(episode.actions[agent][:t], g["actions"][mine])
+            own = episode.infos["rewards"][agent]
+            np.testing.assert_array_equal(own[:t], g["rewards"][mine])
+            assert not own[t:].any()
+            assert own.sum() == pytest.approx(returns[k], rel=1e-5)
+            team += own
+        np.testing.assert_allclose(episode.rewards, team, rtol=1e-6)
+        ended = episode.terminations | episode.truncations
+        assert ended[-1] and not ended[:-1].any()
+        seen += 1
+    assert seen == len(truth.episodes)
+
+
+def test_team_export_is_minari_only_and_for_every_agent(multi, tmp_path: Path) -> None:
+    path, _ = multi
+    result = run_cli("export", path, "--format", "d4rl", "--team", "--out", tmp_path / "x.h5")
+    assert_clear_error(result, "--team", "--format minari")
+    result = run_cli("export", path, "--format", "minari", "--team", "--agent", "a")
+    assert_clear_error(result, "--team", "without --agent")
+
+
 def run_cli(*args: object) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "hpcmarl.analysis.cli", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
