@@ -178,17 +178,13 @@ TIME_LIMITED = {
     "dqn": (JOB, 75),
     "mappo": (ROOT / "jobs" / "spread_mappo.yaml", 70),
     "psro": (ROOT / "jobs" / "kuhn_psro.yaml", 70),
-    "qmix": (ROOT / "jobs" / "spread_qmix.yaml", 65),
-    "r2d2": (ROOT / "jobs" / "cartpole_novel_r2d2.yaml", 65),
 }
 """The time-limit cycle's jobs: a job file each and its budget on the training clock (which a
-resumed run continues), more than a first 1-minute allocation can do. QMIX and R2D2 carry what
-the others do not: episode and sequence tables with stored recurrent states, a team's mixer and
-its targets."""
+resumed run continues), more than a first 1-minute allocation can do."""
 
 
 class TimeLimitCycle:
-    """The time-limit jobs, submitted together as soon as the session has collected them
+    """The three time-limit jobs, submitted together as soon as the session has collected them
     and run side by side (the partition lets jobs share cores) while the rest of the suite
     runs: each mostly waits for its 1-minute limit. Every one must checkpoint at the signal,
     exit 75 and be requeued once; each requeued run gets 4 minutes at once, so it finishes

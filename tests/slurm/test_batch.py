@@ -95,20 +95,6 @@ def test_psro_checkpoints_at_the_time_limit_and_resumes_the_same_iteration(
     job.expect("psro iteration" in resumed, "the resumed job finished no PSRO iteration")
 
 
-@pytest.mark.parametrize("name", ["qmix", "r2d2"])
-def test_recurrent_jobs_checkpoint_at_the_time_limit_and_resume(
-    time_limited: dict[str, Job], name: str
-) -> None:
-    """QMIX's episode tables and R2D2's sequence tables, with the recurrent states they store,
-    through the same cycle: the requeued job resumes them and trains on to its budget."""
-    job = time_limited[name]
-    log = requeued_once(job)
-    for line in ("hpcmarl: resumed from checkpoint", "hpcmarl: finished: wall-time limit reached"):
-        job.expect(line in log, f"no line {line!r}")
-    config = (job.log.parent / f"hpcmarl-{job.id}" / "config.yaml").read_text()
-    job.expect(f"algo: {name}" in config, f"not the {name} job")
-
-
 def test_crash_is_not_requeued(submit: Submitter) -> None:
     job = submit(SMALL, ["env.id=NoSuchEnv-v0", *QUICK])
     job.wait_final(timeout=120)
@@ -119,8 +105,7 @@ def test_crash_is_not_requeued(submit: Submitter) -> None:
 
 
 def test_term_checkpoints_but_spent_budget_is_not_requeued(submit: Submitter) -> None:
-    # A TERM to the batch shell (`--signal=B:TERM@N`, `scancel --batch`) is written down for
-    # the commander as USR1 is.
+    # A TERM to the batch shell (`--signal=B:TERM@N`, `scancel --batch`) reaches ranks as USR1.
     job = submit(SMALL, ["commander.max_env_steps=10000000", *QUICK], {"HPCMARL_MAX_REQUEUES": "0"})
     job.wait(lambda j: PROGRESS in j.text() or j.state in FINAL_STATES, 120, "training")
     subprocess.run(["scancel", "--batch", "--signal=TERM", job.id], check=True)
@@ -129,7 +114,7 @@ def test_term_checkpoints_but_spent_budget_is_not_requeued(submit: Submitter) ->
     job.expect(job.state == "FAILED" and job.exit_code == 75, "did not end with 75")
     job.expect(job.restarts == 0, "requeued with HPCMARL_MAX_REQUEUES=0")
     job.expect("hpcmarl-slurm: got SIGTERM" in log, "TERM not forwarded")
-    job.expect("hpcmarl: finished: interrupted by SIGTERM" in log, "no checkpoint on TERM")
+    job.expect("hpcmarl: finished: interrupted by SIGUSR1" in log, "no checkpoint on TERM")
     job.expect("hpcmarl-slurm: checkpointed, but not requeued: 0 of 0" in log, "no budget line")
 
 
