@@ -62,9 +62,7 @@ def export(
         if team:
             return _export_team(source, Path(path), fmt, agent, out, chunk_rows)
         k = _pick_agent(source, agent)
-        target = Path(out) if out else _default_out(Path(path), source.agents[k], fmt)
-        if target.exists():
-            raise StorageError(f"{target} exists", "delete it or choose another path with --out")
+        target = _new_target(out, Path(path), source.agents[k], fmt)
         rows = _agent_rows(source, k, chunk_rows)
         writer = D4rlWriter(source, k) if fmt == "d4rl" else MinariWriter(source, k)
         result = writer.write(rows, target)
@@ -88,6 +86,40 @@ def _pick_agent(source: Source, agent: str | None) -> int:
             "choose one with --agent ID",
         )
     return 0
+
+
+def _new_target(out: str | Path | None, path: Path, agent: str, fmt: str) -> Path:
+    """`--out`, or the default beside the file; never one that exists."""
+    target = Path(out) if out else _default_out(path, agent, fmt)
+    if target.exists():
+        raise StorageError(f"{target} exists", "delete it or choose another path with --out")
+    return target
+
+
+def _runs(key: np.ndarray) -> Iterator[tuple[int, int]]:
+    """(start, stop) of each run of equal consecutive values of `key`."""
+    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+    return zip(starts.tolist(), [*starts[1:].tolist(), len(key)], strict=True)
+
+
+def _box(dim: int) -> dict[str, Any]:
+    """Minari's serialised unbounded float32 Box of `dim` values."""
+    inf = [float("inf")] * dim
+    return {
+        "type": "Box",
+        "dtype": "float32",
+        "shape": [dim],
+        "low": [-x for x in inf],
+        "high": inf,
+    }
+
+
+def _discrete(source: Source, agent: str, max_action: int) -> dict[str, Any]:
+    """Minari's serialised Discrete space of the agent's actions: the file's own, else as
+    many actions as were seen."""
+    space = source.action_spaces.get(agent)
+    n = int(space["n"]) if space else max_action + 1
+    return {"type": "Discrete", "dtype": "int64", "start": 0, "n": n}
 
 
 def _default_out(path: Path, agent: str, fmt: str) -> Path:
@@ -197,8 +229,7 @@ class MinariWriter:
         self.obs_dim = cols["observations"].shape[1]
         self.max_action = max(self.max_action, int(cols["actions"].max()))
         episode = cols["episode_id"]
-        starts = np.flatnonzero(np.concatenate([[True], episode[1:] != episode[:-1]]))
-        for a, b in zip(starts, [*starts[1:], len(episode)], strict=True):
+        for a, b in _runs(episode):
             self._add_run(f, int(episode[a]), {n: c[a:b] for n, c in cols.items()})
 
     def _add_run(self, f: h5py.File, episode: int, run: dict[str, np.ndarray]) -> None:
@@ -237,17 +268,13 @@ class MinariWriter:
 
     def _metadata(self) -> dict[str, Any]:
         agent = self.source.agents[self.k]
-        space = self.source.action_spaces.get(agent)
-        n = int(space["n"]) if space else self.max_action + 1
-        inf = [float("inf")] * self.obs_dim
-        obs = {"type": "Box", "dtype": "float32", "shape": [self.obs_dim]}
         return {
             "dataset_id": _dataset_id(self.source.env_id or "replay", agent),
             "total_episodes": self.count,
             "total_steps": self.steps,
             "data_format": "hdf5",
-            "observation_space": json.dumps({**obs, "low": [-x for x in inf], "high": inf}),
-            "action_space": json.dumps({"type": "Discrete", "dtype": "int64", "start": 0, "n": n}),
+            "observation_space": json.dumps(_box(self.obs_dim)),
+            "action_space": json.dumps(_discrete(self.source, agent, self.max_action)),
             "minari_version": MINARI_FORMAT_VERSION,
             "algorithm_name": "hpcmarl",
             "hpcmarl": {"source": self.source.label, "agent": agent},
@@ -297,9 +324,7 @@ def _export_team(
             "--team writes every agent's data into one Minari episode per env episode",
             "use --format minari --team without --agent (D4RL is one agent's flat rows)",
         )
-    target = Path(out) if out else _default_out(path, "team", fmt)
-    if target.exists():
-        raise StorageError(f"{target} exists", "delete it or choose another path with --out")
+    target = _new_target(out, path, "team", fmt)
     for table in source.tables:
         table.require(COLUMNS)
     rows = (cols for _, _, cols in chunks(source, COLUMNS, chunk))
@@ -323,8 +348,7 @@ class TeamMinariWriter(MinariWriter):
         if not len(cols["rewards"]):
             return
         key = cols["agent_id"].astype(np.int64) * (1 << 40) + cols["episode_id"]
-        starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
-        for a, b in zip(starts, [*starts[1:], len(key)], strict=True):
+        for a, b in _runs(key):
             run = {n: c[a:b] for n, c in cols.items()}
             self._add_agent_run(f, int(run["agent_id"][0]), int(run["episode_id"][0]), run)
 
@@ -386,14 +410,11 @@ class TeamMinariWriter(MinariWriter):
         self.steps += steps
 
     def _metadata(self) -> dict[str, Any]:
-        obs, act = {}, {}
-        for k, name in enumerate(self.agents):
-            inf = [float("inf")] * self.obs_dims[k]
-            obs[name] = {"type": "Box", "dtype": "float32", "shape": [self.obs_dims[k]],
-                         "low": [-x for x in inf], "high": inf}  # fmt: skip
-            space = self.source.action_spaces.get(name)
-            n = int(space["n"]) if space else self.max_actions[k] + 1
-            act[name] = {"type": "Discrete", "dtype": "int64", "start": 0, "n": n}
+        obs = {name: _box(self.obs_dims[k]) for k, name in enumerate(self.agents)}
+        act = {
+            name: _discrete(self.source, name, self.max_actions[k])
+            for k, name in enumerate(self.agents)
+        }
         return {
             "dataset_id": _dataset_id(self.source.env_id or "replay", "team"),
             "total_episodes": self.count,
