@@ -324,7 +324,9 @@ class PSRO(Schedule):
             "population": sizes,
             "time_s": round(self.elapsed(), 2),
             "env_steps": self.total_steps,
-            "meta_strategy": [m.round(6).tolist() for m in self.meta],
+            # Unrounded: the exploitability was scored on exactly this mixture, and a user who
+            # recomputes it (or checks that it sums to one) needs all of its digits.
+            "meta_strategy": [m.tolist() for m in self.meta],
             "payoffs": self.payoffs.mean()[0].round(6).tolist(),
             "payoff_se": np.nan_to_num(self.payoffs.standard_error()[0]).round(6).tolist(),
         }
