@@ -23,16 +23,18 @@
 #                         requeues, so a requeued job resumes from its own checkpoint)
 #   HPCMARL_MAX_REQUEUES  requeues allowed after a checkpoint at the time limit (default 10)
 #   HPCMARL_ROOT          the repo (default: found from this script's submitted path)
+#   HPCMARL_SIGNAL_FILE   where this script writes down Slurm's warning for the commander
+#                         (default: <run directory>/.slurm-signal)
 #   HPCMARL_SIGNAL_LEAD_S seconds between Slurm's warning and the time limit (default: read from
 #                         this script's #SBATCH --signal line; set it when you override that on
 #                         the command line): hpcmarl warns at start-up when a checkpoint of its
 #                         tables would not fit in them, naming the lead it needs
 #
 # What happens: the launcher runs in the background; Slurm's USR1 (`--signal=B:USR1@120`, which
-# reaches only this shell) or a TERM to this shell is sent on to it as USR1; every rank then
-# checkpoints and exits with 75, and this script requeues the job, which resumes from the
-# checkpoint in the same run directory. Exit 0 from the launcher is a finished run; any other
-# code is a crash: no requeue.
+# reaches only this shell) or a TERM to this shell is written into HPCMARL_SIGNAL_FILE, which
+# the commander reads within a second; every rank then checkpoints and exits with 75, and this
+# script requeues the job, which resumes from the checkpoint in the same run directory. Exit 0
+# from the launcher is a finished run; any other code is a crash: no requeue.
 set -uo pipefail
 
 EXIT_CHECKPOINTED=75
@@ -77,25 +79,25 @@ launcher_command() {
   esac
 }
 
-# Both signals reach the launcher as USR1: Open MPI's mpirun relays USR1 to every rank but ends
-# the ranks at once on TERM, with no checkpoint (srun relays either).
+# Both signals become a line in the signal file, not a signal to the launcher: Open MPI's
+# mpirun ends the ranks at once on TERM, with no checkpoint, and a USR1 relayed while the ranks
+# start up kills one that has no handler yet, or is dropped before they exist (seen on a loaded
+# node: the warning was lost and the job died at its limit).
 forward() {
   INTERRUPTED=1
-  PENDING=$1
-  [ -n "$LAUNCHER_PID" ] || return 0 # not started yet: run_launcher forwards it at once
-  say "got SIG$1: sending SIGUSR1 to the launcher (pid $LAUNCHER_PID) so every rank checkpoints"
-  kill -s USR1 "$LAUNCHER_PID" 2>/dev/null || true
+  mkdir -p "$(dirname "$SIGNAL_FILE")" && echo "SIG$1" >"$SIGNAL_FILE.tmp" &&
+    mv -f "$SIGNAL_FILE.tmp" "$SIGNAL_FILE"
+  say "got SIG$1: asking every rank to checkpoint (written to $SIGNAL_FILE)"
 }
 
 # Runs the launcher in the background and waits for it, again after each trapped signal.
 run_launcher() {
   local rc again
-  INTERRUPTED=0 PENDING="" LAUNCHER_PID=""
+  INTERRUPTED=0 LAUNCHER_PID=""
   trap 'forward USR1' USR1
   trap 'forward TERM' TERM
   "$@" &
   LAUNCHER_PID=$!
-  [ -z "$PENDING" ] || forward "$PENDING"
   wait "$LAUNCHER_PID"
   rc=$?
   while [ "$INTERRUPTED" = 1 ]; do
@@ -154,6 +156,10 @@ main() {
   fi
   export OMP_NUM_THREADS=$threads PYTHONUNBUFFERED=1
   export HPCMARL_SIGNAL_LEAD_S=${HPCMARL_SIGNAL_LEAD_S:-$(own_signal_lead)}
+  # A requeued job starts with no warning pending: the last allocation's was acted on.
+  export HPCMARL_SIGNAL_FILE=${HPCMARL_SIGNAL_FILE:-$RUN_DIR/.slurm-signal}
+  SIGNAL_FILE=$HPCMARL_SIGNAL_FILE
+  rm -f "$SIGNAL_FILE"
   launcher_command
   say "job ${SLURM_JOB_ID:-none} restart ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST:-$(hostname)}:" \
     "${LAUNCH[*]} $py -m hpcmarl $* runtime.run_dir=$RUN_DIR runtime.torch_threads=$threads"

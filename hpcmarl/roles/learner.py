@@ -132,7 +132,6 @@ class Learner(Role):
         self.shards = shards
         self.task: dict | None = None
         self.started = False
-        self.resumed = False
         self.syncing = False
         self.drift_check_interval = cfg.drift_check_interval
 
@@ -164,8 +163,10 @@ class Learner(Role):
         if any(t.sync is not None for t in trainers):
             return False
         self.started = True
-        if not self.resumed:  # a resumed parameter server already holds these weights
-            for trainer in trainers:
+        # Version 0: never published, in a fresh run or in a checkpoint cut before the first
+        # push (a warning during start-up); a resumed server holds every later version.
+        for trainer in trainers:
+            if trainer.version == 0:
                 self.publish(trainer)
         return True
 
@@ -396,9 +397,8 @@ class Learner(Role):
             trainer.algo.load_state_dict(flatten(entry["algo"]))
             trainer.earlier_updates = int(entry.get("earlier_updates", 0))
             trainer.version = int(entry["version"])
-            trainer.announced = True
+            trainer.announced = trainer.version > 0
         torch.set_rng_state(torch.from_numpy(np.array(tree["torch_rng"], dtype=np.uint8)))
-        self.resumed = True
 
     def counters(self) -> dict:
         """The stop acknowledgement carries the updates this learner applied."""

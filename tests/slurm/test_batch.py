@@ -105,7 +105,8 @@ def test_crash_is_not_requeued(submit: Submitter) -> None:
 
 
 def test_term_checkpoints_but_spent_budget_is_not_requeued(submit: Submitter) -> None:
-    # A TERM to the batch shell (`--signal=B:TERM@N`, `scancel --batch`) reaches ranks as USR1.
+    # A TERM to the batch shell (`--signal=B:TERM@N`, `scancel --batch`) is written down for
+    # the commander as USR1 is.
     job = submit(SMALL, ["commander.max_env_steps=10000000", *QUICK], {"HPCMARL_MAX_REQUEUES": "0"})
     job.wait(lambda j: PROGRESS in j.text() or j.state in FINAL_STATES, 120, "training")
     subprocess.run(["scancel", "--batch", "--signal=TERM", job.id], check=True)
@@ -114,7 +115,7 @@ def test_term_checkpoints_but_spent_budget_is_not_requeued(submit: Submitter) ->
     job.expect(job.state == "FAILED" and job.exit_code == 75, "did not end with 75")
     job.expect(job.restarts == 0, "requeued with HPCMARL_MAX_REQUEUES=0")
     job.expect("hpcmarl-slurm: got SIGTERM" in log, "TERM not forwarded")
-    job.expect("hpcmarl: finished: interrupted by SIGUSR1" in log, "no checkpoint on TERM")
+    job.expect("hpcmarl: finished: interrupted by SIGTERM" in log, "no checkpoint on TERM")
     job.expect("hpcmarl-slurm: checkpointed, but not requeued: 0 of 0" in log, "no budget line")
 
 
