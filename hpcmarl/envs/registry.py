@@ -19,6 +19,7 @@ import gymnasium
 from hpcmarl.config.schema import EnvConfig
 from hpcmarl.envs.adapters import EnvCopy, GymnasiumCopy, ParallelCopy
 from hpcmarl.envs.aec import AECCopy
+from hpcmarl.envs.frames import ParallelFrameStack
 from hpcmarl.envs.openspiel import make_openspiel
 from hpcmarl.errors import EnvError
 
@@ -27,9 +28,9 @@ AEC_EXAMPLE = "pettingzoo.classic.tictactoe_v3"
 
 
 def make_env_copy(env_cfg: EnvConfig, frame_stack: int = 1) -> EnvCopy:
-    """One environment copy of the configured family; with `frame_stack` k > 1 (gymnasium
-    only) its observations are its last k frames, newest last, the first frame of an episode
-    standing in for those before it."""
+    """One environment copy of the configured family; with `frame_stack` k > 1 (gymnasium and
+    PettingZoo parallel envs) its observations are its last k frames, newest last, the first
+    frame of an episode standing in for those before it."""
     if env_cfg.kind not in ENV_KINDS:
         raise EnvError(
             f"env.kind is {env_cfg.kind!r}, which is not an environment family",
@@ -37,14 +38,16 @@ def make_env_copy(env_cfg: EnvConfig, frame_stack: int = 1) -> EnvCopy:
         )
     if frame_stack == 1:
         return ENV_KINDS[env_cfg.kind](env_cfg.id, dict(env_cfg.kwargs))
-    if env_cfg.kind != "gymnasium":
-        raise EnvError(
-            f"replay.stack_num {frame_stack} stacks frames of gymnasium envs only; "
-            f"{env_cfg.id} is a {env_cfg.kind} env",
-            "give the env stacked observations itself (e.g. supersuit.frame_stack_v1) and set "
-            "replay.save_only_last_obs=true, or set replay.stack_num=1",
-        )
-    return make_gymnasium(env_cfg.id, dict(env_cfg.kwargs), frame_stack)
+    if env_cfg.kind == "gymnasium":
+        return make_gymnasium(env_cfg.id, dict(env_cfg.kwargs), frame_stack)
+    if env_cfg.kind == "pettingzoo":
+        return make_pettingzoo(env_cfg.id, dict(env_cfg.kwargs), frame_stack)
+    raise EnvError(
+        f"replay.stack_num {frame_stack} stacks frames of gymnasium and PettingZoo parallel envs; "
+        f"{env_cfg.id} is a {env_cfg.kind} env",
+        "give the env stacked observations itself and set replay.save_only_last_obs=true, or "
+        "set replay.stack_num=1",
+    )
 
 
 def make_gymnasium(env_id: str, kwargs: dict[str, Any], frame_stack: int = 1) -> EnvCopy:
@@ -66,10 +69,11 @@ def make_gymnasium(env_id: str, kwargs: dict[str, Any], frame_stack: int = 1) ->
     return GymnasiumCopy(env, env_id)
 
 
-def make_pettingzoo(env_id: str, kwargs: dict[str, Any]) -> EnvCopy:
+def make_pettingzoo(env_id: str, kwargs: dict[str, Any], frame_stack: int = 1) -> EnvCopy:
     """A PettingZoo env from a module path: its `parallel_env()` (`mpe2.simple_spread_v3`), or
     for a module with only the AEC API, its `env()`, played turn by turn
-    (`pettingzoo.classic.tictactoe_v3`)."""
+    (`pettingzoo.classic.tictactoe_v3`); a parallel env observes stacks of `frame_stack`
+    frames when that is more than 1 (`envs.frames`)."""
     module = _import_env_module(env_id)
     api = "parallel_env" if hasattr(module, "parallel_env") else "env"
     if not hasattr(module, api):
@@ -83,7 +87,17 @@ def make_pettingzoo(env_id: str, kwargs: dict[str, Any]) -> EnvCopy:
         raise EnvError(
             f"{env_id}.{api} rejects env.kwargs {kwargs}: {exc}", "fix or remove env.kwargs"
         ) from exc
-    return ParallelCopy(env, env_id) if api == "parallel_env" else AECCopy(env, env_id)
+    if api != "parallel_env":
+        if frame_stack > 1:
+            raise EnvError(
+                f"replay.stack_num {frame_stack} stacks frames of parallel envs, and {env_id} "
+                "is played turn by turn (AEC)",
+                "set replay.stack_num=1",
+            )
+        return AECCopy(env, env_id)
+    if frame_stack > 1:
+        env = ParallelFrameStack(env, frame_stack, env_id)
+    return ParallelCopy(env, env_id)
 
 
 ENV_KINDS: dict[str, Callable[[str, dict[str, Any]], EnvCopy]] = {

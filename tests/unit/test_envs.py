@@ -11,6 +11,7 @@ import pytest
 from hpcmarl.config.schema import EnvConfig
 from hpcmarl.envs import MultiAgentVectorEnv, make_vector_env
 from hpcmarl.envs.adapters import ParallelCopy
+from hpcmarl.envs.frames import ParallelFrameStack
 from hpcmarl.errors import EnvError
 
 CARTPOLE = EnvConfig(kind="gymnasium", id="CartPole-v1")
@@ -150,6 +151,43 @@ def test_agent_finished_early_gets_inactive_padding_until_episode_ends() -> None
     assert third.episode_ended[0] and third.truncations["a"][0]
     assert third.next_observations["a"][0].tolist() == [3.0, 3.0]
     assert third.observations["a"][0].tolist() == [-1.0, -1.0]
+
+
+def test_parallel_frame_stacks_shift_by_one_frame_and_stop_with_their_agent() -> None:
+    """`replay.stack_num` on a PettingZoo parallel env: each agent's last 3 frames, newest
+    last, its first frame standing in at the start; a finished agent's stack stops with it
+    (its padding rows are zeros, as unstacked), and the global state stays unstacked."""
+    venv = MultiAgentVectorEnv([ParallelCopy(ParallelFrameStack(EarlyExitEnv(), 3, "e"), "e")], 0)
+    assert venv.obs_dim("a") == 6 and venv.observation_space("a").shape == (3, 2)
+    first = venv.reset()
+    assert first["a"][0].tolist() == [-1.0] * 6
+    zeros = np.zeros(1, dtype=np.int64)
+    steps = [venv.step({"a": zeros, "b": zeros}) for _ in range(3)]
+    assert steps[0].next_observations["a"][0].tolist() == [-1, -1, -1, -1, 1, 1]
+    assert steps[1].next_observations["a"][0].tolist() == [-1, -1, 1, 1, 2, 2]
+    assert steps[0].next_observations["b"][0].tolist() == [-1, -1, -1, -1, 1, 1]
+    assert not steps[1].active["b"][0] and not steps[1].next_observations["b"].any()
+    assert steps[2].episode_ended[0] and steps[2].next_observations["a"][0].tolist() == [
+        1,
+        1,
+        2,
+        2,
+        3,
+        3,
+    ]
+    assert steps[2].observations["a"][0].tolist() == [-1.0] * 6  # the next episode's start
+    spread = make_vector_env(SPREAD, num_envs=1, seed=0, with_state=True, frame_stack=2)
+    spread.reset()
+    assert spread.obs_dim("agent_0") == 36 and spread.state_dim == 54
+
+
+def test_frame_stacks_of_structured_observations_are_refused() -> None:
+    class Masked(EarlyExitEnv):
+        def observation_space(self, agent: str) -> gymnasium.Space:
+            return gymnasium.spaces.Dict({"observation": super().observation_space(agent)})
+
+    with pytest.raises(EnvError, match="stacks array observations"):
+        ParallelFrameStack(Masked(), 2, "masked")
 
 
 def test_unknown_gymnasium_id_suggests_close_names() -> None:
