@@ -18,7 +18,9 @@ Compact storage (MALib's producer options `stack_num` 4 + `save_only_last_obs` +
 `ignore_obs_next`) is measured on stacks of 1 KB frames, as a frame-stacking collector sends
 them: the bytes a stored transition takes against a table of full rows, and the insert and
 sample throughput of the `CompactTable` (which rebuilds stacks and next observations) against
-the full-row table doing the same draws, whose rows it must equal.
+the full-row table doing the same draws, whose rows it must equal. The same for R2D2's
+sequence items (`CompactItemTable`, 40 steps each, half shared with the next), against a table
+of full items.
 
 Prints a table, then as its last line one JSON object whose `*_ratio` fields are table /
 baseline throughput (1.0 = no overhead). What the table does beyond its baseline: schema checks
@@ -43,6 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hpcmarl.replay.compact import CompactTable, StorageForm  # noqa: E402
+from hpcmarl.replay.compact_items import CompactItemTable  # noqa: E402
 from hpcmarl.replay.table import ReplayTable, SampleInfo  # noqa: E402
 
 INSERT_ROWS = 32
@@ -350,19 +353,17 @@ def stacked_batches(transitions: int, seed: int = 0) -> list[Batch]:
     return batches
 
 
-def measure_compact(transitions: int, repeats: int) -> dict[str, float]:
-    """Bytes per stored transition and throughput of compact against full-row storage, after
-    checking that the compact table's samples equal the full table's (same seed, same draws)."""
-    batches = stacked_batches(transitions)
-    capacity = len(batches) * INSERT_ROWS // 2 // INSERT_ROWS * INSERT_ROWS
-    form = StorageForm(stack_num=STACK, ignore_obs_next=True)
-
-    def full() -> ReplayTable:
-        return ReplayTable(capacity, seed=3)
-
-    def compact() -> CompactTable:
-        return CompactTable(ReplayTable(capacity, seed=3), form)
-
+def race_storage(
+    full: Callable[[], Any],
+    compact: Callable[[], Any],
+    batches: list[Batch],
+    rows: int,
+    calls: int,
+    repeats: int,
+) -> tuple[Any, Any, dict[str, float]]:
+    """Insert and sample rates of a full and a compact table, each filled with `batches`,
+    after checking that the compact one samples what the full one does (same seed, same
+    draws); the two filled tables and the rates."""
     rates = best_rates(
         {
             "insert_full_rows": partial(insert_all, full, batches),
@@ -374,11 +375,10 @@ def measure_compact(transitions: int, repeats: int) -> dict[str, float]:
     for batch in batches:
         full_table.insert(batch)
         compact_table.insert(batch)
-    want, got = full_table.sample(SAMPLE_ROWS)[0], compact_table.sample(SAMPLE_ROWS)[0]
+    want, got = full_table.sample(rows)[0], compact_table.sample(rows)[0]
     for name in want:
         if not np.array_equal(want[name], got[name]):
-            raise SystemExit(f"compact table: sampled {name} differ from the full rows")
-    calls = max(1, transitions // SAMPLE_ROWS // 4)
+            raise SystemExit(f"compact storage: sampled {name} differ from the full items")
     rates |= best_rates(
         {
             "sample_full_rows": partial(sample_many, full_table, calls),
@@ -386,13 +386,33 @@ def measure_compact(transitions: int, repeats: int) -> dict[str, float]:
         },
         repeats,
     )
+    return full_table, compact_table, rates
+
+
+def measure_compact(transitions: int, repeats: int) -> dict[str, float]:
+    """Bytes per stored transition and throughput of compact against full-row storage, after
+    checking that the compact table's samples equal the full table's (same seed, same draws)."""
+    batches = stacked_batches(transitions)
+    capacity = len(batches) * INSERT_ROWS // 2 // INSERT_ROWS * INSERT_ROWS
+    form = StorageForm(stack_num=STACK, ignore_obs_next=True)
+    full_table, compact_table, rates = race_storage(
+        partial(ReplayTable, capacity, seed=3),
+        lambda: CompactTable(ReplayTable(capacity, seed=3), form),
+        batches,
+        SAMPLE_ROWS,
+        max(1, transitions // SAMPLE_ROWS // 4),
+        repeats,
+    )
     rates["bytes_full_rows"] = full_table.nbytes() / capacity
     rates["bytes_compact"] = compact_table.nbytes() / capacity
     return rates
 
 
-def report_compact(rates: dict[str, float]) -> dict[str, float]:
-    print(f"\ncompact storage (stack_num {STACK}, ignore_obs_next, {4 * FRAME} B frames)")
+def report_compact(rates: dict[str, float], items: str = "") -> dict[str, float]:
+    """The compact table's figures against full storage; `items` names item kinds other than
+    transition rows (in the title and the JSON keys)."""
+    title = f"compact {items or 'transition rows'}"
+    print(f"\n{title} (stack_num {STACK}, ignore_obs_next, {4 * FRAME} B frames)")
     print(f"{'figure':<40}{'compact':>14}  {'full rows':>12}  {'ratio':>5}")
     figures: dict[str, float] = {}
     for what, unit in (
@@ -404,9 +424,68 @@ def report_compact(rates: dict[str, float]) -> dict[str, float]:
         print(
             f"{what + ' (' + unit + ')':<40}{ours:>14,.0f}  {theirs:>12,.0f}  {ours / theirs:>5.2f}"
         )
-        figures[f"compact_{what}"] = round(ours)
-        figures[f"compact_{what}_ratio"] = round(ours / theirs, 3)
+        key = f"compact_{items + '_' if items else ''}{what}"
+        figures[key] = round(ours)
+        figures[f"{key}_ratio"] = round(ours / theirs, 3)
     return figures
+
+
+SEQUENCE = 40
+"""Steps per sequence item (R2D2's), consecutive sequences sharing half of them."""
+
+
+def stacked_sequences(count: int, seed: int = 0) -> list[Batch]:
+    """`count` sequence items `[40, 1, ...]` in batches of 8, as R2D2's collectors send them
+    from an env stacking 4 frames of 1 KB: consecutive sequences of an episode share 20 steps,
+    and the last of each episode of 200 steps ends early (zeros after its last step)."""
+    rng = np.random.default_rng(seed)
+    per_episode = EPISODE // (SEQUENCE // 2)
+    frames = rng.standard_normal((count // per_episode + 1, EPISODE + STACK, FRAME), np.float32)
+    items: dict[str, list[np.ndarray]] = {}
+    for i in range(count):
+        episode, start = divmod(i, per_episode)
+        start *= SEQUENCE // 2
+        steps = min(SEQUENCE, EPISODE - start)
+        at = np.minimum(np.arange(start, start + SEQUENCE + 1), EPISODE)
+        stacks = np.stack([frames[episode, t : t + STACK].reshape(-1) for t in at])
+        real = (np.arange(SEQUENCE) < steps)[:, None]
+        item = {
+            "observations": np.where(real, stacks[:-1], 0)[:, None],
+            "next_observations": np.where(real, stacks[1:], 0)[:, None],
+            "actions": rng.integers(0, 4, (SEQUENCE, 1)) * real,
+            "rewards": np.ones((SEQUENCE, 1), np.float32) * real,
+            "filled": real[:, 0],
+            "episode_id": np.full(SEQUENCE, episode, np.int64),
+            "recurrent_state": rng.standard_normal((SEQUENCE, 1, 64), np.float32)
+            * real[:, :, None],
+        }
+        for name, value in item.items():
+            items.setdefault(name, []).append(value.astype(value.dtype))
+    columns = {name: np.stack(values) for name, values in items.items()}
+    return [{n: c[i : i + 8] for n, c in columns.items()} for i in range(0, count, 8)]
+
+
+def measure_compact_sequences(count: int, repeats: int) -> dict[str, float]:
+    """As `measure_compact`, for sequence items in a `CompactItemTable` against a table of
+    full items."""
+    batches = stacked_sequences(count)
+    capacity = count // 2
+    form = StorageForm(stack_num=STACK, ignore_obs_next=True)
+    full_table, compact_table, rates = race_storage(
+        partial(ReplayTable, capacity, seed=3),
+        partial(CompactItemTable, capacity, form, seed=3),
+        batches,
+        16,
+        max(1, count // 64),
+        repeats,
+    )
+    per_item = capacity * SEQUENCE  # transitions a full table holds
+    rates["bytes_full_rows"] = full_table.nbytes() / per_item
+    rates["bytes_compact"] = compact_table.nbytes() / per_item
+    for what in ("insert", "sample"):  # items/s -> transitions/s
+        rates[f"{what}_full_rows"] *= SEQUENCE
+        rates[f"{what}_compact"] *= SEQUENCE
+    return rates
 
 
 def report(rates: dict[str, float], transitions: int, capacity: int) -> dict[str, float]:
@@ -431,6 +510,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--stacked-transitions", type=int, default=2**14, help="rows of 4 x 1 KB frame stacks"
     )
+    parser.add_argument(
+        "--stacked-sequences", type=int, default=512, help="sequence items of 40 such steps"
+    )
     args = parser.parse_args(argv)
     if args.capacity % INSERT_ROWS or args.capacity < INSERT_ROWS:
         parser.error(f"--capacity must be a positive multiple of {INSERT_ROWS}")
@@ -440,6 +522,8 @@ def main(argv: list[str] | None = None) -> None:
     rates = measure(args.transitions, args.capacity, args.repeats)
     figures = report(rates, args.transitions, args.capacity)
     figures |= report_compact(measure_compact(args.stacked_transitions, args.repeats))
+    sequences = measure_compact_sequences(args.stacked_sequences, args.repeats)
+    figures |= report_compact(sequences, "sequences")
     print(json.dumps(figures))
 
 

@@ -26,6 +26,9 @@ import numpy as np
 
 from ..items.spec import ItemSpec
 from ..replay.columns import BOOKKEEPING_COLUMNS
+from ..replay.compact import StorageForm
+from ..replay.compact_items import FORM_KEY as ITEM_FORM
+from ..replay.compact_items import decode_items, form_of
 from ..storage.checkpoint import latest_checkpoint
 from ..storage.hdf5 import (
     ATTR_JSON,
@@ -40,6 +43,8 @@ from ..storage.hdf5 import (
 from ..storage.hdf5 import damaged as storage_damaged
 from ..storage.replay_log import AGENTS, COLUMNS_TYPE, INDEX_TYPE, LOG_TYPE, WALLCLOCK
 
+REBUILT = ("observations", "next_observations", "state", "next_state")
+"""Columns a compact joint table rebuilds from what it stores."""
 STATS_COLUMNS = ("actions", "rewards", "terminations", "truncations", *BOOKKEEPING_COLUMNS)
 """The columns analysis reads; observations are left on disk."""
 TRANSITION_COLUMNS = ("observations", "next_observations")
@@ -111,8 +116,11 @@ class JointTable(Table):
         datasets: dict[str, h5py.Dataset],
         priorities: h5py.Dataset | None,
         spec: ItemSpec,
+        form: StorageForm | None = None,
     ) -> None:
         self.file, self.spec = file, spec
+        self.form = form if form is not None and form.compact else None
+        """The compact form the items are stored in (`replay.compact_items`), if any."""
         self.per_group = {c.name for c in spec.columns if c.per == "group"}
         self.held = self._held(datasets)
         """bool [items, T, agents]: the rows each item holds (read once, at open)."""
@@ -136,12 +144,19 @@ class JointTable(Table):
         return held
 
     def require(self, names: tuple[str, ...]) -> None:
-        super().require(tuple(n for n in names if n != "agent_id"))  # made from the agents axis
+        made = ("agent_id", *(REBUILT if self.form else ()))  # from the agents axis, or rebuilt
+        super().require(tuple(n for n in names if n not in made))
 
     def read(self, names: tuple[str, ...], start: int, stop: int) -> dict[str, np.ndarray]:
         lo = int(np.searchsorted(self.first, start, side="right")) - 1
         hi = int(np.searchsorted(self.first, stop, side="left"))
-        items = super().read(tuple(n for n in names if n != "agent_id"), lo, hi)
+        wanted = tuple(n for n in names if n != "agent_id")
+        if self.form is not None and any(n in REBUILT for n in wanted):
+            extra = ("priorities",) if "priorities" in wanted else ()
+            items = decode_items(super().read((*self.datasets, *extra), lo, hi), self.form)
+            items = {n: items[n] for n in wanted if n in items}
+        else:
+            items = super().read(wanted, lo, hi)
         held = self.held[lo:hi]
         out: dict[str, np.ndarray] = {}
         for name, column in items.items():
@@ -340,7 +355,9 @@ def _checkpoint_source(folder: Path, opened: list[tuple[Path, h5py.File]]) -> So
             priorities = _member(sub, "priorities", file, None) if "priorities" in sub else None
             spec = specs.get(policy)
             if spec is not None and spec.joint:
-                tables.append(JointTable(file, sub.name, policy, datasets, priorities, spec))
+                form = form_of({k: sub[k][()] for k in (ITEM_FORM,) if k in sub})
+                joint = JointTable(file, sub.name, policy, datasets, priorities, spec, form)
+                tables.append(joint)
             else:
                 compact = "storage_form" in sub
                 tables.append(Table(file, sub.name, policy, rows, datasets, priorities, compact))

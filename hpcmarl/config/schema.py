@@ -123,15 +123,16 @@ class ReplayConfig:
     insert_credits: int = 2
     """Batches a collector may have in flight to one shard (back-pressure credits)."""
     stack_num: int = 1
-    """Transition items (MALib's producer option): observations are stacks of the run's last
-    k frames. Collectors and evaluations act on them (gymnasium envs are stacked for you; with
-    `save_only_last_obs`, the env's own stacks are used); tables store each frame once and
-    rebuild the stacks when they sample."""
+    """MALib's producer option, for replayed items (transitions, episodes, sequences):
+    observations are stacks of the run's last k frames. Collectors and evaluations act on them
+    (gymnasium envs are stacked for you; with `save_only_last_obs`, the env's own stacks are
+    used); tables store each frame once and rebuild the stacks when they sample."""
     ignore_obs_next: bool = False
-    """Transition items: store no `next_observations`; a sample rebuilds them from the next row
-    of the same run (an episode's last step keeps its own)."""
+    """Replayed items: store no `next_observations` (nor, for a mixer, `next_state`); a sample
+    rebuilds them from the next step of the same run (an episode's last step, a sequence's
+    step after its end, keeps its own)."""
     save_only_last_obs: bool = False
-    """Transition items, for envs whose observations already are stacks of `stack_num` frames
+    """Replayed items, for envs whose observations already are stacks of `stack_num` frames
     (first axis): store only the newest frame of each."""
 
 

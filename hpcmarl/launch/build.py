@@ -36,6 +36,7 @@ from ..metrics import MetricsSink
 from ..population import Population, server_for
 from ..psro.checks import check_psro_job
 from ..replay.compact import StorageForm
+from ..replay.compact_items import COMPACT_KINDS
 from ..replay.offline import load_share
 from ..roles.collector import Collector
 from ..roles.commander import Commander
@@ -125,8 +126,15 @@ def probe_env(cfg: JobConfig) -> EnvSpec:
 
 
 def storage_form(cfg: JobConfig) -> StorageForm:
-    """How the job's transition tables store their rows (MALib's producer options)."""
+    """How the job's replay tables store their items (MALib's producer options)."""
     return StorageForm(stack_num=cfg.replay.stack_num, ignore_obs_next=cfg.replay.ignore_obs_next)
+
+
+def compact_runs(cfg: JobConfig) -> bool:
+    """Whether tables store compact transition rows, which are rebuilt from the other rows of
+    their run: then each collector feeds one home shard. Compact episodes and sequences
+    rebuild themselves and go to any shard."""
+    return storage_form(cfg).compact and registry.decl_of(cfg.learner.algo).items == "transition"
 
 
 def frame_stack_of(cfg: JobConfig) -> int:
@@ -136,18 +144,19 @@ def frame_stack_of(cfg: JobConfig) -> int:
 
 
 def check_storage(cfg: JobConfig, spec: EnvSpec, spaces: dict[str, gymnasium.Space]) -> None:
-    """The producer options store transition rows of online runs, one step at a time; an env
-    said to stack its own frames must do so on its first axis."""
+    """The producer options store what collectors send to replay tables: transition rows,
+    episodes or sequences (on-policy fragments are trained on once and dropped); an env said
+    to stack its own frames must do so on its first axis."""
     r, form = cfg.replay, storage_form(cfg)
     if not (form.compact or r.save_only_last_obs):
         return
     options = "replay.stack_num, replay.ignore_obs_next and replay.save_only_last_obs"
     decl = registry.decl_of(cfg.learner.algo)
-    if decl.items != "transition":
+    if decl.items not in ("transition", *COMPACT_KINDS):
         raise ConfigError(
-            f"{options} store transition rows; learner.algo = {decl.name} trains on "
-            f"{decl.items}s, which hold their steps in order already",
-            "remove those keys, or use learner.algo=dqn",
+            f"{options} store replayed items (transitions, episodes, sequences); "
+            f"learner.algo = {decl.name} trains on {decl.items}s, once each, from a queue",
+            "remove those keys, or use an off-policy algorithm (dqn, qmix, vdn, r2d2)",
         )
     if cfg.offline.dataset:
         raise ConfigError(
@@ -183,7 +192,7 @@ def check_storage_topology(cfg: JobConfig, topology: Topology) -> None:
     """Compact tables need each run on one shard, so each collector feeds one home shard:
     every shard needs a collector."""
     collectors, shards = topology.names("collector"), topology.names("replay_shard")
-    if storage_form(cfg).compact and len(collectors) < len(shards):
+    if compact_runs(cfg) and len(collectors) < len(shards):
         raise TopologyError(
             f"replay.stack_num / replay.ignore_obs_next keep each collector's runs on one "
             f"replay shard, and {len(shards)} shards outnumber {len(collectors)} collectors",
@@ -326,7 +335,7 @@ def build_replay_shard(
     items = item_specs(cfg, spec)
     form = storage_form(cfg)
     collectors = [] if cfg.offline.dataset else topology.names("collector")
-    if form.compact:
+    if compact_runs(cfg):
         collectors = [c for c in collectors if home_shard(topology, c) == name]
     return ReplayShard(
         name,
@@ -469,7 +478,7 @@ def build_collector(
         transport,
         env,
         writers,
-        [home_shard(topology, name)] if storage_form(cfg).compact else shards,
+        [home_shard(topology, name)] if compact_runs(cfg) else shards,
         topology.names("param_server"),
         cfg.collector.weight_sync_fragments,
         seed,

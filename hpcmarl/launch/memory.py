@@ -29,6 +29,7 @@ from ..errors import ConfigError
 from ..items.spec import ItemSpec
 from ..population import server_for
 from ..replay.compact import StorageForm, stored_bytes_per_row
+from ..replay.compact_items import COMPACT_KINDS, stored_item_bytes
 from .topology import Topology
 
 if TYPE_CHECKING:
@@ -151,16 +152,22 @@ def row_bytes(item: ItemSpec, form: StorageForm = FULL_ROWS) -> int:
     """Bytes one item's columns take in a table, transitions stored in `form`."""
     if item.kind == "transition" and form.compact:
         return stored_bytes_per_row({c.name: (c.dtype, c.shape) for c in item.columns}, form)
+    if item.kind in COMPACT_KINDS and form.compact:
+        return stored_item_bytes(item, form)
     return sum(math.prod(item.item_shape(c)) * np.dtype(c.dtype).itemsize for c in item.columns)
 
 
 def storage_line(items: dict[str, ItemSpec], form: StorageForm) -> str | None:
-    """The start-up line on what a stored transition costs, or None for other items."""
-    transitions = [item for item in items.values() if item.kind == "transition"]
-    if not transitions:
+    """The start-up line on what a stored transition (one agent's step) costs in the replay
+    tables, or None for on-policy queues. An episode or sequence item of T steps and N agents
+    holds T x N of them (an episode's padding counted as stored)."""
+    replayed = [item for item in items.values() if not item.replay.on_policy]
+    if not replayed:
         return None
-    stored = sum(row_bytes(item, form) for item in transitions) // len(transitions)
-    full = sum(row_bytes(item) for item in transitions) // len(transitions)
+    per_item = [item.length * item.agents if item.joint else 1 for item in replayed]
+    stored = sum(row_bytes(i, form) / n for i, n in zip(replayed, per_item, strict=True))
+    full = sum(row_bytes(i) / n for i, n in zip(replayed, per_item, strict=True))
+    stored, full = round(stored / len(replayed)), round(full / len(replayed))
     how = (
         f" ({form.describe()}: {stored / full:.2f} of {full} B in full rows)"
         if stored != full

@@ -9,7 +9,9 @@ table that would overflow its capacity keeps its newest rows, counted as evicted
 
 Compact transition tables (`replay.compact`) are dealt by run instead: each run (one agent's
 episode) goes whole to one new shard, since a stack or a next observation is rebuilt from the
-run's other rows. Their rows are rebuilt in full, dealt, and stored compactly again.
+run's other rows. Their rows are rebuilt in full, dealt, and stored compactly again. Compact
+episodes and sequences (`replay.compact_items`) are dealt as they are: each item holds what
+rebuilds it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .compact import CompactTable, StorageForm, run_keys
+from .compact_items import FORM_KEY as ITEM_FORM
 from .table import ReplayTable
 
 COLUMN = "column/"
@@ -59,6 +62,8 @@ def _table_of(
     out["rng"] = states[j % len(states)]["rng"]
     if "max_priority" in states[0]:
         out["max_priority"] = np.array(max(float(s["max_priority"]) for s in states))
+    if ITEM_FORM in states[0]:  # compact episodes or sequences: each rebuilds itself
+        out[ITEM_FORM] = states[0][ITEM_FORM]
     return out
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -31,8 +32,9 @@ from ..comm.protocol import Message
 from ..comm.transport import LocalTransport
 from ..config.schema import ReplayConfig
 from ..core import Role
-from ..items.spec import ReplaySpec
+from ..items.spec import ItemSpec, ReplaySpec
 from ..replay.compact import CompactTable, StorageForm
+from ..replay.compact_items import CompactItemTable
 from ..replay.queue import ItemQueue
 from ..replay.rate_limiters import SampleToInsertRatio
 from ..replay.table import ReplayTable
@@ -59,7 +61,7 @@ class ReplayShard(Role):
     ) -> None:
         super().__init__(name, transport)
         self.forms = forms or {}
-        """Group -> how its table stores transitions (MALib's producer options), if compact."""
+        """Group -> how its table stores its items (MALib's producer options), if compact."""
         self.items = items or {}
         """Group -> its item spec as JSON, saved with the tables so that offline analysis can
         read joint items (episodes, sequences) as the per-agent rows they hold."""
@@ -91,19 +93,27 @@ class ReplayShard(Role):
         if replay.on_policy:
             self.tables[group] = ItemQueue(cfg.table_capacity)
             return
-        table = ReplayTable(
-            cfg.table_capacity,
-            prioritized=replay.selector == "prioritized",
-            alpha=cfg.alpha,
-            beta=cfg.beta,
-            eps=cfg.eps,
-            seed=self.seed + list(self.replay_of).index(group) + 1_000 * self.generations[group],
-        )
+        options: dict[str, Any] = {
+            "prioritized": replay.selector == "prioritized",
+            "alpha": cfg.alpha,
+            "beta": cfg.beta,
+            "eps": cfg.eps,
+            "seed": self.seed + list(self.replay_of).index(group) + 1_000 * self.generations[group],
+        }
         form = self.forms.get(group)
-        self.tables[group] = CompactTable(table, form) if form and form.compact else table
+        if form is None or not form.compact:
+            self.tables[group] = ReplayTable(cfg.table_capacity, **options)
+        elif self.joint(group):  # episodes, sequences: each item rebuilds itself
+            self.tables[group] = CompactItemTable(cfg.table_capacity, form, **options)
+        else:  # transition rows: rebuilt from their runs' other rows
+            self.tables[group] = CompactTable(ReplayTable(cfg.table_capacity, **options), form)
         relaxed = self.limiters[group].relaxed if group in self.limiters else False
         self.limiters[group] = SampleToInsertRatio(*self.ratio, cfg.error_buffer)
         self.limiters[group].relaxed = relaxed
+
+    def joint(self, group: str) -> bool:
+        """Whether the group's items are joint (a time axis, then agents), not transitions."""
+        return group in self.items and ItemSpec.from_json(self.items[group]).joint
 
     def current(self, group: str, generation: int) -> bool:
         """Whether a message of `generation` is for what the group's table holds; a newer

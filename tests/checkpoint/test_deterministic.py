@@ -69,12 +69,22 @@ STACKED = [
 """Compact tables (frames stored once, no next observations), one home shard per collector,
 and the open runs and kept-aside frames they checkpoint."""
 
+COMPACT_SEQUENCES = [
+    *R2D2,
+    "env.id=hpcmarl.envs.partial:CartPoleNoVelocityStacked-v1",
+    "replay.stack_num=4",
+    "replay.save_only_last_obs=true",
+    "replay.ignore_obs_next=true",
+]
+"""Sequences stored as single frames, each with its first stack's older frames and its final
+next frame (`replay.compact_items`)."""
+
 
 @pytest.mark.mpi
 @pytest.mark.parametrize(
     ("job", "updates"),
-    [(JOB, 800), (MAPPO, 24), (QMIX, 60), (R2D2, 60), (STACKED, 400)],
-    ids=["dqn", "mappo", "qmix", "r2d2", "stacked"],
+    [(JOB, 800), (MAPPO, 24), (QMIX, 60), (R2D2, 60), (STACKED, 400), (COMPACT_SEQUENCES, 60)],
+    ids=["dqn", "mappo", "qmix", "r2d2", "stacked", "compact-sequences"],
 )
 def test_a_resumed_run_equals_an_uninterrupted_one(
     tmp_path: Path, job: list[str], updates: int

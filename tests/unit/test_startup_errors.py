@@ -41,6 +41,8 @@ OFFLINE = ["commander.max_updates=10"]
 R2D2 = ["learner.algo=r2d2", "env.id=hpcmarl.envs.partial:CartPoleNoVelocity-v1"]
 KUHN_QMIX = ["learner.algo=qmix", "env.kind=openspiel", "env.id=kuhn_poker"]
 SPREAD = ["env.kind=pettingzoo", "env.id=mpe2.simple_spread_v3"]
+KUHN = ["env.kind=openspiel", "env.id=kuhn_poker"]
+TICTACTOE = ["env.kind=pettingzoo", "env.id=pettingzoo.classic.tictactoe_v3"]
 LAST_OF_3 = ["replay.stack_num=3", "replay.save_only_last_obs=true"]
 NO_NEXT = ["replay.ignore_obs_next=true"]
 
@@ -80,8 +82,9 @@ CASES = [
     ("burn-in past the overlap", None, R2D2 + ["replay.burn_in=30"], "never be trained", None),
     ("qmix on a turn-based game", None, KUHN_QMIX, "is turn-based", None),
     ("qmix offline", None, ["learner.algo=qmix", "offline.dataset=x.h5"], "episodes of", None),
-    ("stacks of sequences", None, [*R2D2, "replay.stack_num=4"], "store transition rows", None),
-    ("stacks of a pettingzoo env", None, [*SPREAD, "replay.stack_num=2"], "gymnasium envs", None),
+    ("compact fragments", None, [*SPREAD, "learner.algo=mappo", *NO_NEXT], "from a queue", None),
+    ("stacks of a game", None, [*KUHN, "replay.stack_num=2"], "PettingZoo parallel envs", None),
+    ("stacks of turns", None, [*TICTACTOE, "replay.stack_num=2"], "played turn by turn", None),
     ("env stacks no frames", None, [*LAST_OF_3, "topology.replay_shards=1"], "not 3", None),
     ("last frame of no stack", None, ["replay.save_only_last_obs=true"], "stack_num is 1", None),
     ("no s' with n-step", None, [*NO_NEXT, "learner.dqn.n_step=3"], "n_step=1", None),
