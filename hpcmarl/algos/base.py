@@ -70,7 +70,7 @@ class NetworkAlgorithm(Algorithm):
         raise NotImplementedError
 
     def after_step(self) -> None:
-        """Called after every optimizer step (DQN copies its target network here)."""
+        """Called after every optimizer step (Q-learners move their targets here)."""
 
     def extra_state(self) -> dict[str, np.ndarray]:
         """Further arrays an exact resume needs (running statistics, RNG states)."""
@@ -118,6 +118,22 @@ class NetworkAlgorithm(Algorithm):
         self.optimizer.step()
         self.steps += 1
         self.after_step()
+
+    def follow_targets(
+        self, pairs: list[tuple[torch.nn.Module, torch.nn.Module]], every: int, tau: float
+    ) -> None:
+        """Target networks follow their online ones, (online, target) in `pairs`: with `tau`
+        > 0 a little after every update (Polyak averaging, target <- tau online + (1 - tau)
+        target), which moves the bootstrap targets smoothly instead of in jumps; else a hard
+        copy every `every` updates."""
+        if tau > 0:
+            with torch.no_grad():
+                for online, target in pairs:
+                    for held, new in zip(target.parameters(), online.parameters(), strict=True):
+                        held.lerp_(new, tau)
+        elif self.steps % every == 0:
+            for online, target in pairs:
+                target.load_state_dict(online.state_dict())
 
     def state_dict(self) -> dict[str, np.ndarray]:
         state: dict[str, np.ndarray] = {}

@@ -25,6 +25,9 @@ class DQNConfig:
     """Huber loss threshold on the TD error."""
     target_network_update_freq: int = 100
     """Learner updates between hard copies of the online network into the target network."""
+    target_tau: float = 0.0
+    """Soft target updates: after every update the target moves this fraction of the way to
+    the online network (Polyak averaging; 0.005 is usual); 0 keeps the hard copies."""
     eps_start: float = 1.0
     """Initial epsilon of the actor's epsilon-greedy schedule."""
     eps_end: float = 0.04
@@ -111,6 +114,9 @@ class QMIXConfig:
     """TD(lambda) targets over the episode (0: one-step targets)."""
     target_network_update_freq: int = 200
     """Updates between hard copies of the agents and the mixer into their targets."""
+    target_tau: float = 0.0
+    """Soft target updates: after every update the target moves this fraction of the way to
+    the online network (Polyak averaging; 0.005 is usual); 0 keeps the hard copies."""
     episode_limit: int = 25
     """Steps per episode item (T_max): shorter episodes are padded (the `filled` mask marks
     their steps), a longer one goes on in the next item."""
@@ -143,6 +149,9 @@ class R2D2Config:
     """The online network picks the next action, the target network scores it."""
     target_network_update_freq: int = 200
     """Updates between hard copies of the online network into the target network."""
+    target_tau: float = 0.0
+    """Soft target updates: after every update the target moves this fraction of the way to
+    the online network (Polyak averaging; 0.005 is usual); 0 keeps the hard copies."""
     eps_start: float = 1.0
     """Initial epsilon of the actor's epsilon-greedy schedule."""
     eps_end: float = 0.02

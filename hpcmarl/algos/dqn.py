@@ -127,9 +127,8 @@ class DQN(NetworkAlgorithm):
         return flat_grad, stats, td_np
 
     def after_step(self) -> None:
-        """The hard target update: copy online into target every N-th update."""
-        if self.steps % self.cfg.dqn.target_network_update_freq == 0:
-            self.q_target.load_state_dict(self.q.state_dict())
+        d = self.cfg.dqn
+        self.follow_targets([(self.q, self.q_target)], d.target_network_update_freq, d.target_tau)
 
     def _next_value(self, next_obs: torch.Tensor, next_mask: torch.Tensor | None) -> torch.Tensor:
         """Value of s' over its legal actions: double Q scores the online argmax with the

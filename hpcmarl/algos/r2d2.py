@@ -102,8 +102,8 @@ class R2D2(NetworkAlgorithm):
         return self.q
 
     def after_step(self) -> None:
-        if self.steps % self.r.target_network_update_freq == 0:
-            self.q_target.load_state_dict(self.q.state_dict())
+        r = self.r
+        self.follow_targets([(self.q, self.q_target)], r.target_network_update_freq, r.target_tau)
 
     def compute_gradients(
         self, batch: Batch, weights: np.ndarray | None

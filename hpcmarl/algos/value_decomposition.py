@@ -8,7 +8,8 @@ from the global state, made non-negative so that Q_tot rises with every agent's 
 greedy action is then the team's). One optimizer trains the agents and the mixer on the team
 reward (the sum of the agents' rewards; with `standardize_rewards`, less its running mean and
 over its running standard deviation, moments the group averages before every update); a
-target copy of both is refreshed every `target_network_update_freq` updates.
+target copy of both is refreshed every `target_network_update_freq` updates, or follows them
+by Polyak averaging (`target_tau`).
 
 Items are whole episodes, `[T_max, agents, ...]` padded after the last step (`filled` marks the
 real steps; `items.writers.EpisodeWriter`), sampled uniformly from replay. The update runs the
@@ -169,9 +170,8 @@ class ValueDecomposition(NetworkAlgorithm):
         return self.agent
 
     def after_step(self) -> None:
-        if self.steps % self.q.target_network_update_freq == 0:
-            self.agent_target.load_state_dict(self.agent.state_dict())
-            self.mixer_target.load_state_dict(self.mixer.state_dict())
+        pairs = [(self.agent, self.agent_target), (self.mixer, self.mixer_target)]
+        self.follow_targets(pairs, self.q.target_network_update_freq, self.q.target_tau)
 
     # -- the update (the base's one gradient per batch) ---------------------------------------
     def update(self, batch: Batch, weights: np.ndarray | None = None) -> UpdateSteps:

@@ -10,6 +10,7 @@ import torch
 
 from hpcmarl.algos.actors import RecurrentEpsilonGreedyActor, build_actor
 from hpcmarl.algos.contract import run_update
+from hpcmarl.algos.networks import get_flat
 from hpcmarl.algos.value_decomposition import (
     QMIXMixer,
     ValueDecomposition,
@@ -252,3 +253,23 @@ def test_rewards_are_standardized_by_moments_the_group_averages_first() -> None:
         shift = algo.targets(t, online, inputs) - plain.targets(t, online, inputs)
     reward = t["rewards"].sum(-1)
     np.testing.assert_allclose(shift.numpy(), ((reward - mean) / std - reward).numpy(), atol=1e-5)
+
+
+def test_soft_targets_move_a_fraction_of_the_way_after_every_update() -> None:
+    """`target_tau`: after each update every target parameter (agents and mixer) is
+    tau * online + (1 - tau) * its previous value; with 0 the hard copy waits for its turn."""
+    soft = make_team(qmix__target_tau=0.25)
+    batch = random_episodes(soft, 4)
+    pairs = [(soft.agent, soft.agent_target), (soft.mixer, soft.mixer_target)]
+    before = [get_flat(target).copy() for _, target in pairs]
+    run_update(soft, batch)
+    for (online, target), old in zip(pairs, before, strict=True):
+        want = 0.25 * get_flat(online) + 0.75 * old
+        np.testing.assert_allclose(get_flat(target), want, rtol=1e-6, atol=1e-7)
+    hard = make_team(qmix__target_network_update_freq=3)
+    kept = get_flat(hard.mixer_target).copy()
+    run_update(hard, batch)
+    run_update(hard, batch)
+    np.testing.assert_array_equal(get_flat(hard.mixer_target), kept)
+    run_update(hard, batch)
+    np.testing.assert_array_equal(get_flat(hard.mixer_target), get_flat(hard.mixer))
