@@ -10,15 +10,16 @@ carries everything needed to rebuild itself; unlike compact transition rows
   (`observations_head`), which hold the frames from before a sequence's start or the padding
   of an episode's first stack. Step t's stack is then frames t - k + 1 .. t.
 - `ignore_obs_next`: `next_observations` (and a mixer's `next_state`) are not stored: within
-  an item, step t's next observation is step t + 1's observation. The last real step keeps its
-  own (`final_next_observations`, `final_next_state`): an episode's final observation, or the
-  step after a sequence's end.
-- `save_only_last_obs` is the first option for observations an environment stacks itself.
+  an item, step t's next observation is step t + 1's observation. Each agent's last real step
+  keeps its own (`final_next_observations`; the item's last for `final_next_state`): an
+  episode's final observation, or the step after a sequence's end.
+- `save_only_last_obs`: the env stacks its own frames, stored as the first option stores them.
 
-Padding after an item's last real step (`filled`) holds zeros, as writers leave it. An insert
-checks that the items obey these relations and refuses them with the cause otherwise (an env
-that stacks on another axis, a writer that fills padding), so a sample never returns data other
-than what was sent.
+Padding holds zeros, as writers leave it: the steps after an item's last real one (`filled`),
+and an agent's steps after it finished (`active`). An insert checks that the items obey these
+relations and refuses them with the cause otherwise (an env that stacks on another axis, a
+player that acts again after a turn it sat out), so a sample never returns data other than
+what was sent.
 """
 
 from __future__ import annotations
