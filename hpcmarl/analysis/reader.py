@@ -27,7 +27,6 @@ import numpy as np
 from ..items.spec import ItemSpec
 from ..replay.columns import BOOKKEEPING_COLUMNS
 from ..replay.compact import StorageForm
-from ..replay.compact_items import FORM_KEY as ITEM_FORM
 from ..replay.compact_items import decode_items, form_of
 from ..storage.checkpoint import latest_checkpoint
 from ..storage.hdf5 import (
@@ -355,9 +354,8 @@ def _checkpoint_source(folder: Path, opened: list[tuple[Path, h5py.File]]) -> So
             priorities = _member(sub, "priorities", file, None) if "priorities" in sub else None
             spec = specs.get(policy)
             if spec is not None and spec.joint:
-                form = form_of({k: sub[k][()] for k in (ITEM_FORM,) if k in sub})
-                joint = JointTable(file, sub.name, policy, datasets, priorities, spec, form)
-                tables.append(joint)
+                form = form_of(sub)
+                tables.append(JointTable(file, sub.name, policy, datasets, priorities, spec, form))
             else:
                 compact = "storage_form" in sub
                 tables.append(Table(file, sub.name, policy, rows, datasets, priorities, compact))

@@ -46,6 +46,16 @@ class StorageForm:
         parts = [f"stack_num {self.stack_num}"] if self.stack_num > 1 else []
         return ", ".join([*parts, *(["ignore_obs_next"] if self.ignore_obs_next else [])])
 
+    def words(self) -> np.ndarray:
+        """The form as a table state saves it: int64 [stack_num, ignore_obs_next]."""
+        return np.array([self.stack_num, int(self.ignore_obs_next)], np.int64)
+
+    @classmethod
+    def of_words(cls, words: Any) -> StorageForm:
+        """The form `words()` saved."""
+        stack_num, ignore = (int(v) for v in np.asarray(words))
+        return cls(stack_num=stack_num, ignore_obs_next=bool(ignore))
+
 
 def run_keys(episode_id: np.ndarray, agent_id: np.ndarray) -> np.ndarray:
     """One int64 per run: episode ids are below 2^47 (collector index x 10^9 + count)."""
@@ -352,18 +362,16 @@ class CompactTable:
         for prefix, store in self._stores():
             state.update({prefix + k: v for k, v in store.state().items()})
         state["open_runs"] = np.array(sorted(self._open.items()), np.int64).reshape(-1, 2)
-        state["storage_form"] = np.array(
-            [self.form.stack_num, int(self.form.ignore_obs_next)], np.int64
-        )
+        state["storage_form"] = self.form.words()
         return state
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         """Restore a `state()`; the links follow from the rows' bookkeeping columns."""
-        form = [int(v) for v in state.get("storage_form", [1, 0])]
-        if form != [self.form.stack_num, int(self.form.ignore_obs_next)]:
+        saved = StorageForm.of_words(state.get("storage_form", [1, 0]))
+        if saved != self.form:
             raise ValueError(
-                f"the checkpoint's table stores stack_num {form[0]}, ignore_obs_next "
-                f"{bool(form[1])}; this job asks for {self.form.describe() or 'full rows'}"
+                f"the checkpoint's table stores stack_num {saved.stack_num}, ignore_obs_next "
+                f"{saved.ignore_obs_next}; this job asks for {self.form.describe() or 'full rows'}"
             )
         table_state = {
             k: v

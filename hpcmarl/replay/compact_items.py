@@ -24,6 +24,7 @@ what was sent.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,11 +139,8 @@ def decode_items(stored: dict[str, np.ndarray], form: StorageForm) -> dict[str, 
         if k > 1:
             before = obs[steps.rows, steps.last, steps.agents]
             final = np.concatenate([before[..., final.shape[-1] :], final], axis=-1)
-        nxt = np.empty_like(obs)
-        nxt[:, :-1] = obs[:, 1:]
-        nxt[steps.rows, steps.last, steps.agents] = final
-        nxt[~steps.real] = 0
-        out["next_observations"] = nxt
+        last_step = (steps.rows, steps.last, steps.agents)
+        out["next_observations"] = _following(obs, last_step, final, ~steps.real)
     elif k > 1:
         newest = stored["next_observations"]
         nxt = np.empty_like(obs)
@@ -151,12 +149,21 @@ def decode_items(stored: dict[str, np.ndarray], form: StorageForm) -> dict[str, 
         nxt[~steps.real] = 0
         out["next_observations"] = nxt
     if FINAL_STATE in out:
-        state = stored["state"]
-        nxt_state = np.empty_like(state)
-        nxt_state[:, :-1] = state[:, 1:]
-        nxt_state[steps.rows[:, 0], steps.last_filled] = out.pop(FINAL_STATE)
-        nxt_state[~steps.filled] = 0
-        out["next_state"] = nxt_state
+        last_filled = (steps.rows[:, 0], steps.last_filled)
+        final_state = out.pop(FINAL_STATE)
+        out["next_state"] = _following(stored["state"], last_filled, final_state, ~steps.filled)
+    return out
+
+
+def _following(
+    values: np.ndarray, at_last: tuple[np.ndarray, ...], final: np.ndarray, padding: np.ndarray
+) -> np.ndarray:
+    """Each step's next value within its item [B, T, ...]: the next step's, `final` at the
+    last real step (`at_last` indexes it), zeros at `padding`."""
+    out = np.empty_like(values)
+    out[:, :-1] = values[:, 1:]
+    out[at_last] = final
+    out[padding] = 0
     return out
 
 
@@ -201,12 +208,10 @@ class Steps:
         )
 
 
-def form_of(state: dict[str, Any]) -> StorageForm | None:
-    """The form a saved table state stores its items in, or None for full items."""
-    if FORM_KEY not in state:
-        return None
-    stack_num, ignore = (int(v) for v in np.asarray(state[FORM_KEY]))
-    return StorageForm(stack_num=stack_num, ignore_obs_next=bool(ignore))
+def form_of(state: Mapping[str, Any]) -> StorageForm | None:
+    """The form a saved table state (or its HDF5 group) stores its items in, or None for
+    full items."""
+    return StorageForm.of_words(state[FORM_KEY]) if FORM_KEY in state else None
 
 
 class CompactItemTable(ReplayTable):
@@ -226,7 +231,7 @@ class CompactItemTable(ReplayTable):
 
     def state(self, views: bool = False) -> dict[str, Any]:
         state = super().state(views=views)
-        state[FORM_KEY] = np.array([self.form.stack_num, int(self.form.ignore_obs_next)])
+        state[FORM_KEY] = self.form.words()
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:

@@ -129,8 +129,7 @@ def deal_compact_tables(
 ) -> list[dict[str, Any]]:
     """`CompactTable.state()` dicts of the saved shards -> `n_out` states, each run whole on
     one new shard (runs dealt round robin in the age order of their first rows)."""
-    stack_num, ignore = (int(v) for v in states[0]["storage_form"])
-    form = StorageForm(stack_num=stack_num, ignore_obs_next=bool(ignore))
+    form = StorageForm.of_words(states[0]["storage_form"])
     prioritized = "priorities" in states[0]
     rows, ages, priorities = [], [], []
     for state in states:
