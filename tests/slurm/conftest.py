@@ -180,17 +180,26 @@ TIME_LIMITED = {
     "psro": (ROOT / "jobs" / "kuhn_psro.yaml", 70),
 }
 """The time-limit cycle's jobs: a job file each and its budget on the training clock (which a
-resumed run continues), more than a first 1-minute allocation can do."""
+resumed run continues), more than a first allocation can do before its warning (60 s at most)."""
 
 
 class TimeLimitCycle:
     """The three time-limit jobs, submitted together as soon as the session has collected them
     and run side by side (the partition lets jobs share cores) while the rest of the suite
-    runs: each mostly waits for its 1-minute limit. Every one must checkpoint at the signal,
+    runs: each mostly waits for its first limit. Every one must checkpoint at the signal,
     exit 75 and be requeued once; each requeued run gets 4 minutes at once, so it finishes
-    inside one allocation with no second signal cycle."""
+    inside one allocation with no second signal cycle.
 
-    DEADLINE_S = 420
+    slurmctld looks at time limits every 30 s and sends the warning at the first look with
+    `now + 30 + lead >= end`: with a 2-minute limit and a 60 s lead it lands 30-60 s after the
+    start and 60-90 s before the limit. The lead is what a loaded node needs: in CI twelve ranks
+    starting beside the suite's own MPI tests on 2 cores had not printed a line 25 s or more
+    after their start, and with a 5 s lead (a 1-minute limit) the limit killed all three jobs
+    after their checkpoint, before they could exit 75."""
+
+    FIRST_LIMIT_MIN = 2
+    LEAD_S = 60
+    DEADLINE_S = 480
 
     def __init__(self) -> None:
         self.jobs: dict[str, Job] = {}
@@ -226,7 +235,7 @@ class TimeLimitCycle:
             submit = Submitter(self.workdir)
             for name, (job_file, budget) in TIME_LIMITED.items():
                 self.jobs[name] = submit(
-                    [*SMALL, "--time=1", "--signal=B:USR1@5"],
+                    [*SMALL, f"--time={self.FIRST_LIMIT_MIN}", f"--signal=B:USR1@{self.LEAD_S}"],
                     [f"commander.max_wall_time_s={budget}", "commander.max_env_steps=10000000"]
                     + QUICK,
                     job_file=job_file,

@@ -48,9 +48,7 @@ def requeued_once(job: Job) -> str:
 
 
 def test_time_limit_checkpoints_requeues_and_resumes(time_limited: dict[str, Job]) -> None:
-    # slurmctld checks time limits every 30 s and sends the warning up to 30 s early, at the
-    # first check with `now + 30 + N >= end`: with a 1-minute limit, @5 lands 25-55 s after the
-    # start (@35 would land in the first seconds, possibly before Python has a handler).
+    # The warning's timing is TimeLimitCycle's: 30-60 s after the start, 60-90 s before the limit.
     job = time_limited["dqn"]
     log = requeued_once(job)
     for line in (
