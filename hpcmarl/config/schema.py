@@ -74,6 +74,11 @@ class LearnerConfig:
     """Gradient averaging across learners of one group: `mpi`, `horovod` or `auto` (Horovod
     when it imports, else MPI). The default is MPI because Horovod's background thread keeps a
     core busy per learner, which costs more than it saves on oversubscribed nodes."""
+    device: str = "auto"
+    """Where learners train: `auto` (a GPU of the node when torch sees one, round robin by
+    node-local rank, else the CPU), `cpu`, or `cuda` (refused at start-up on a node without
+    one). `tools/bench_update.py` says which is faster for a job: small networks update faster
+    on the CPU, where a GPU's per-kernel launch costs more than their arithmetic."""
     drift_check_interval: int = 100
     """Averaged updates between weight-digest comparisons across the learners of a group (a
     mismatch stops the job naming the learners that differ); 0 turns it off."""

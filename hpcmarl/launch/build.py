@@ -24,7 +24,7 @@ from ..algos import registry
 from ..algos.contract import GroupSpec
 from ..algos.mapping import check_policy_spaces, resolve_groups, resolve_mapping
 from ..comm.allreduce import make_averager
-from ..comm.placement import learner_device
+from ..comm.placement import device_line, learner_device, make_cuda_deterministic
 from ..comm.transport import LocalTransport
 from ..config.schema import JobConfig
 from ..core import Role, policy_key
@@ -364,7 +364,11 @@ def build_learner(
     The group root announces the averaging backend in one line; choosing it is collective over
     the group, which every member reaches here, at start-up.
     """
-    device = learner_device()
+    device = learner_device(cfg.learner.device)
+    if cfg.commander.deterministic and device.startswith("cuda"):
+        make_cuda_deterministic()
+    if line := device_line(name, device):
+        print(line, flush=True)
     servers = topology.names("param_server")
     groups = list(spec.training_groups())
     items = item_specs(cfg, spec)

@@ -15,6 +15,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from ..comm.placement import learner_device
 from ..comm.progress import Backoff
 from ..comm.transport import LocalTransport, MpiTransport
 from ..config.loader import job_from_dict, job_to_dict, load_job
@@ -99,6 +100,8 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
         topology = build_topology(len(nodes), cfg.topology, spec.training_groups())
         check_storage_topology(cfg, topology)
         check_allreduce(cfg, topology)
+        if cfg.learner.device == "cuda":  # refused before the run directory is made
+            learner_device("cuda")
         check_memory(cfg, spec, topology, nodes)
         if cfg.offline.dataset:  # what the saved job names must not depend on the cwd
             cfg.offline.dataset = os.path.abspath(cfg.offline.dataset)

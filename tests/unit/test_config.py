@@ -291,6 +291,7 @@ BAD_VALUES = {
     "learner.push_interval": 0,
     "learner.updates_per_task": 0,
     "learner.allreduce": "nccl",
+    "learner.device": "gpu",
     "replay.table_capacity": 0,
     "replay.learning_starts": -1,
     "replay.alpha": -0.1,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpcmarl.comm.placement import choose_device, learner_device, local_rank
+from hpcmarl.errors import ConfigError
 
 
 @pytest.mark.parametrize(
@@ -44,8 +45,18 @@ def test_learners_go_round_robin_over_gpus() -> None:
 def test_learner_device_matches_this_machine() -> None:
     import torch
 
-    device = learner_device({"OMPI_COMM_WORLD_LOCAL_RANK": "1"})
+    device = learner_device("auto", {"OMPI_COMM_WORLD_LOCAL_RANK": "1"})
     if torch.cuda.is_available():
         assert device == f"cuda:{1 % torch.cuda.device_count()}"
     else:
         assert device == "cpu"
+    assert learner_device("cpu", {"OMPI_COMM_WORLD_LOCAL_RANK": "1"}) == "cpu"
+
+
+def test_cuda_asked_for_on_a_node_without_one_is_refused_with_the_fix() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this node has a GPU: learner.device=cuda is granted here")
+    with pytest.raises(ConfigError, match="learner.device is cuda, but.*fix: set learner.device"):
+        learner_device("cuda")

@@ -18,6 +18,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import torch
 
 from hpcmarl.config.loader import load_job
 from hpcmarl.errors import EnvError, UserError
@@ -90,6 +91,7 @@ CASES = [
     ("no s' with n-step", None, [*NO_NEXT, "learner.dqn.n_step=3"], "n_step=1", None),
     ("compact offline", None, [*NO_NEXT, "offline.dataset=x.h5", *OFFLINE], "offline", None),
     ("compact on 2 shards", None, [*NO_NEXT, "topology.replay_shards=2"], "outnumber", None),
+    ("cuda without a gpu", None, ["learner.device=cuda"], "learner.device is cuda", None),
 ]
 
 
@@ -117,6 +119,8 @@ def test_each_startup_failure_is_one_line_and_exit_2_and_writes_nothing(
     says: str,
     setup: str | None,
 ) -> None:
+    if case == "cuda without a gpu" and torch.cuda.is_available():
+        pytest.skip("this node has a GPU: learner.device=cuda is granted here")
     monkeypatch.chdir(tmp_path)
     if setup == "h5":
         write_h5(tmp_path / "foreign.h5")
