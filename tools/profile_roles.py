@@ -8,8 +8,10 @@ steps at each world size, one plain process for `--ranks 1` and `mpirun -n N` ot
 `HPCMARL_PROFILE_DIR` set (hpcmarl/launch/profiling.py), and prints per rank its roles and the
 share of its loop's own time in each part: MPI transport, allreduce, replay tables, the learner
 update (torch included), environments, acting and item building, checkpoint writes, idle sleep
-and other Python (the roles' own loops and message handling). cProfile inflates Python-heavy
-parts by about 1.5x, so read shares, not absolute seconds. `docs/performance.md` discusses
+and other Python (the roles' own loops and message handling), and the CPU seconds each rank
+burnt (with more ranks than cores, the shares are of wall-clock time, which also counts the
+time a rank waited for a core). cProfile inflates Python-heavy parts by about 1.5x, so read
+shares, not absolute seconds. `docs/performance.md` discusses
 the figures.
 
 Prints the tables, then as its last line one JSON object: per world size and rank, the shares.
@@ -56,15 +58,17 @@ def run(ranks: int, args: argparse.Namespace, folder: Path) -> list[dict]:
 
 def table(ranks: int, summaries: list[dict]) -> dict[str, dict[str, float]]:
     parts = [k for k in summaries[0]["parts"] if k != "total"]
-    print(f"{'rank':<5} {'roles':<34} {'loop s':>7} " + " ".join(f"{p[:10]:>10}" for p in parts))
+    head = f"{'rank':<5} {'roles':<34} {'loop s':>7} {'cpu s':>7} "
+    print(head + " ".join(f"{p[:10]:>10}" for p in parts))
     shares: dict[str, dict[str, float]] = {}
     for s in summaries:
         total = max(s["parts"]["total"], 1e-9)
         share = {p: s["parts"][p] / total for p in parts}
         shares[f"n{ranks}_rank{s['rank']}"] = {p: round(v, 3) for p, v in share.items()}
+        shares[f"n{ranks}_rank{s['rank']}"]["cpu_s"] = s["cpu_s"]
         roles = ",".join(s["roles"])
         print(
-            f"{s['rank']:<5} {roles[:34]:<34} {total:7.1f} "
+            f"{s['rank']:<5} {roles[:34]:<34} {total:7.1f} {s['cpu_s']:7.1f} "
             + " ".join(f"{share[p]:10.1%}" for p in parts)
         )
     return shares

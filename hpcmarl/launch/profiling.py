@@ -2,7 +2,10 @@
 
 Each rank writes `DIR/rank<r>.prof` (pstats format) and `DIR/rank<r>.json`: its roles and the
 seconds its loop spent in each part of the system, grouped by the module that owns it
-(transport, replay, learner update, environments, checkpoint, idle sleep). The profile covers
+(transport, replay, learner update, environments, checkpoint, idle sleep), and the CPU
+seconds the process burnt meanwhile: with more ranks than cores the parts are wall-clock
+time, which also counts the time a rank waited for a core, and the CPU seconds say which
+ranks actually used the cores. The profile covers
 the loop only, not start-up. `tools/profile_roles.py` runs a job this way and prints the table
 that `docs/performance.md` discusses. Off by default: cProfile slows Python code by about 1.5x.
 """
@@ -13,6 +16,7 @@ import cProfile
 import json
 import os
 import pstats
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,15 +49,22 @@ def profiled(rank: int, roles: Callable[[], list[str]]) -> Iterator[None]:
         yield
         return
     profiler = cProfile.Profile()
+    cpu_start = time.process_time()
     profiler.enable()
     try:
         yield
     finally:
         profiler.disable()
+        cpu = time.process_time() - cpu_start
         folder.mkdir(parents=True, exist_ok=True)
         profiler.dump_stats(folder / f"rank{rank}.prof")
         stats = pstats.Stats(profiler)
-        summary = {"rank": rank, "roles": roles(), "parts": self_time_by_part(stats)}
+        summary = {
+            "rank": rank,
+            "roles": roles(),
+            "parts": self_time_by_part(stats),
+            "cpu_s": round(cpu, 3),
+        }
         (folder / f"rank{rank}.json").write_text(json.dumps(summary, indent=1))
 
 
