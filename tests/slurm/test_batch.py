@@ -1,5 +1,6 @@
 """slurm/train.sh on a real cluster: a normal end (mpirun and srun), the time-limit cycle
-(signal, checkpoint, exit 75, requeue, resume), a crash and a spent requeue budget, which are not
+(signal, checkpoint, exit 75, requeue, resume) at a real time limit for DQN, MAPPO and PSRO and
+on a warning sent by hand for QMIX and R2D2, a crash and a spent requeue budget, which are not
 requeued, and a first start that refuses another job's run directory.
 
 Every job runs 4 ranks on this 2-core node (`--ntasks=4 --overcommit`) from a scratch working
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import FINAL_STATES, QUICK, SMALL, Job, Submitter
+from .conftest import FINAL_STATES, QUICK, ROOT, SMALL, Job, Submitter
 
 pytestmark = pytest.mark.slow
 
@@ -91,6 +92,41 @@ def test_psro_checkpoints_at_the_time_limit_and_resumes_the_same_iteration(
     job.expect(iterations == sorted(set(iterations)), f"an iteration ran twice: {iterations}")
     resumed = log[log.index("hpcmarl: resumed from checkpoint") :]
     job.expect("psro iteration" in resumed, "the resumed job finished no PSRO iteration")
+
+
+def updates_so_far(log: str) -> int:
+    """Learner updates in the last progress line of `log` (0 before the first)."""
+    counts = re.findall(r"updates +([\d,]+) \(", log)
+    return int(counts[-1].replace(",", "")) if counts else 0
+
+
+@pytest.mark.parametrize("job_file", ["spread_qmix.yaml", "cartpole_novel_r2d2.yaml"])
+def test_a_team_or_sequence_job_checkpoints_on_the_warning_and_resumes(
+    submit: Submitter, job_file: str
+) -> None:
+    """QMIX's episode tables and R2D2's prioritized sequences with their recurrent states
+    through the cycle: Slurm's warning to the batch shell (what `--signal=B:USR1@N` sends, here
+    once the learners train), a checkpoint, exit 75, a requeue, and a resumed run in the same
+    run directory that trains on to its budget."""
+    budget = ["commander.max_wall_time_s=20", "commander.max_env_steps=10000000", *QUICK]
+    job = submit(SMALL, budget, job_file=ROOT / "jobs" / job_file)
+    job.wait(lambda j: updates_so_far(j.text()) > 0 or j.state in FINAL_STATES, 150, "training")
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job.id], check=True)
+    job.wait_final(timeout=240)
+    log = requeued_once(job)
+    for line in (
+        "hpcmarl-slurm: got SIGUSR1",
+        "hpcmarl: finished: interrupted by SIGUSR1",
+        f"hpcmarl-slurm: checkpointed at the time limit: requeueing job {job.id}",
+        "hpcmarl: resumed from checkpoint",
+        "hpcmarl: finished: wall-time limit reached",
+    ):
+        job.expect(line in log, f"no line {line!r}")
+    resumed = log[log.index("hpcmarl: resumed from checkpoint") :]
+    job.expect(
+        updates_so_far(resumed) > updates_so_far(log[: len(log) - len(resumed)]),
+        "the resumed run made no update",
+    )
 
 
 def test_crash_is_not_requeued(submit: Submitter) -> None:
