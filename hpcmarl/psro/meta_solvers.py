@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from scipy.optimize import linprog
 
 from hpcmarl.errors import UserError
 
@@ -150,6 +149,8 @@ def _require_constant_sum(first: np.ndarray, second: np.ndarray) -> None:
 
 def _maximin(matrix: np.ndarray) -> np.ndarray:
     """The row strategy x maximising min_j (x @ matrix)[j]: variables (x, v), minimise -v."""
+    from scipy.optimize import linprog  # here: scipy.optimize costs every rank 0.3 s to import
+
     n_rows, n_columns = matrix.shape
     objective = np.zeros(n_rows + 1)
     objective[-1] = -1.0
