@@ -27,18 +27,18 @@ from hpcmarl.config.loader import load_job
 from hpcmarl.launch.build import probe_env
 from hpcmarl.testing.groups import random_items
 
-JOBS: dict[str, tuple[str, list[str]]] = {
-    "dqn64": ("jobs/cartpole_fast.yaml", []),
-    "dqn256": ("jobs/cartpole_dqn.yaml", []),
-    "mappo": ("jobs/spread_mappo.yaml", []),
-    "qmix": ("jobs/spread_qmix.yaml", []),
-    "r2d2": ("jobs/cartpole_novel_r2d2.yaml", []),
+JOBS: dict[str, str] = {
+    "dqn64": "jobs/cartpole_fast.yaml",
+    "dqn256": "jobs/cartpole_dqn.yaml",
+    "mappo": "jobs/spread_mappo.yaml",
+    "qmix": "jobs/spread_qmix.yaml",
+    "r2d2": "jobs/cartpole_novel_r2d2.yaml",
 }
-"""Name -> job file and overrides: the repo's jobs as users run them."""
+"""Name -> job file: the repo's jobs as users run them."""
 
 
-def seconds_per_update(job: str, overrides: list[str], device: str, updates: int) -> float:
-    cfg = load_job(job, overrides)
+def seconds_per_update(job: str, device: str, updates: int) -> float:
+    cfg = load_job(job)
     spec = probe_env(cfg)
     group = spec.group_spec(next(iter(spec.training_groups())), cfg.agents.strategy_spec_id)
     items = registry.item_spec(cfg, group)
@@ -67,8 +67,8 @@ def main() -> None:
     figures: dict[str, float] = {}
     print(f"{'job':8} {'file':30} " + " ".join(f"{d + ' ms':>10}" for d in devices))
     for name in args.jobs:
-        job, overrides = JOBS[name]
-        row = {d: seconds_per_update(job, overrides, d, args.updates) for d in devices}
+        job = JOBS[name]
+        row = {d: seconds_per_update(job, d, args.updates) for d in devices}
         for device, seconds in row.items():
             figures[f"{name}_{device}_ms"] = round(seconds * 1e3, 3)
         if "cpu" in row and "cuda" in row:

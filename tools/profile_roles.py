@@ -14,7 +14,8 @@ time a rank waited for a core). cProfile inflates Python-heavy parts by about 1.
 shares, not absolute seconds. `docs/performance.md` discusses
 the figures.
 
-Prints the tables, then as its last line one JSON object: per world size and rank, the shares.
+Prints the tables, then as its last line one JSON object: per world size and rank, the shares
+and the CPU seconds (`cpu_s`).
 """
 
 from __future__ import annotations

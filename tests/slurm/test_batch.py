@@ -122,10 +122,9 @@ def test_a_team_or_sequence_job_checkpoints_on_the_warning_and_resumes(
         "hpcmarl: finished: wall-time limit reached",
     ):
         job.expect(line in log, f"no line {line!r}")
-    resumed = log[log.index("hpcmarl: resumed from checkpoint") :]
+    cut = log.index("hpcmarl: resumed from checkpoint")
     job.expect(
-        updates_so_far(resumed) > updates_so_far(log[: len(log) - len(resumed)]),
-        "the resumed run made no update",
+        updates_so_far(log[cut:]) > updates_so_far(log[:cut]), "the resumed run made no update"
     )
 
 
