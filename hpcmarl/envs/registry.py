@@ -19,6 +19,7 @@ import gymnasium
 from hpcmarl.config.schema import EnvConfig
 from hpcmarl.envs.adapters import EnvCopy, GymnasiumCopy, ParallelCopy
 from hpcmarl.envs.aec import AECCopy
+from hpcmarl.envs.cycle import fast_parallel
 from hpcmarl.envs.frames import ParallelFrameStack
 from hpcmarl.envs.openspiel import make_openspiel
 from hpcmarl.errors import EnvError
@@ -95,6 +96,7 @@ def make_pettingzoo(env_id: str, kwargs: dict[str, Any], frame_stack: int = 1) -
                 "set replay.stack_num=1",
             )
         return AECCopy(env, env_id)
+    env = fast_parallel(env)
     if frame_stack > 1:
         env = ParallelFrameStack(env, frame_stack, env_id)
     return ParallelCopy(env, env_id)

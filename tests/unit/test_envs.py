@@ -209,3 +209,74 @@ def test_unknown_pettingzoo_module_names_the_tried_path() -> None:
 def test_unknown_kind_lists_the_families() -> None:
     with pytest.raises(EnvError, match="pettingzoo"):
         make_vector_env(EnvConfig(kind="atari"), 1, 0)
+
+
+@pytest.mark.parametrize(
+    ("module", "kwargs"),
+    [
+        ("simple_spread_v3", {"N": 3, "max_cycles": 7, "local_ratio": 0.5}),
+        ("simple_spread_v3", {"N": 2, "max_cycles": 5, "continuous_actions": True}),
+        ("simple_tag_v3", {"max_cycles": 6}),
+        ("simple_speaker_listener_v4", {"max_cycles": 6}),
+        ("simple_world_comm_v3", {"max_cycles": 4}),
+    ],
+)
+def test_aec_cycle_steps_exactly_as_pettingzoos_conversion(module: str, kwargs: dict) -> None:
+    """Same seed, same actions: the same observations, rewards, flags, agents and state as
+    PettingZoo's `aec_to_parallel`, through episode ends and resets."""
+    import importlib
+
+    from hpcmarl.envs.cycle import AecCycle, fast_parallel
+
+    make = importlib.import_module(f"mpe2.{module}").parallel_env
+    theirs, ours = make(**kwargs), fast_parallel(make(**kwargs))
+    assert isinstance(ours, AecCycle)
+    for agent in theirs.possible_agents:
+        theirs.action_space(agent).seed(7)
+    for episode in range(3):
+        their_obs, _ = theirs.reset(seed=episode)
+        our_obs, _ = ours.reset(seed=episode)
+        assert ours.state_from_observations  # every mpe2 env's state is its observations
+        _assert_same_dicts(their_obs, our_obs)
+        np.testing.assert_array_equal(theirs.state(), ours.state())
+        while theirs.agents:
+            assert ours.agents == theirs.agents
+            actions = {a: theirs.action_space(a).sample() for a in theirs.agents}
+            their_step = theirs.step(actions)
+            our_step = ours.step(actions)
+            for their_part, our_part in zip(their_step, our_step, strict=True):
+                _assert_same_dicts(their_part, our_part)
+            np.testing.assert_array_equal(theirs.state(), ours.state())
+        assert not ours.agents
+
+
+def _assert_same_dicts(theirs: dict, ours: dict) -> None:
+    assert list(ours) == list(theirs)
+    for key, value in theirs.items():
+        if isinstance(value, dict):
+            assert ours[key] == value
+        else:
+            np.testing.assert_array_equal(np.asarray(ours[key]), np.asarray(value))
+            assert np.asarray(ours[key]).dtype == np.asarray(value).dtype
+
+
+def test_aec_cycle_asks_the_env_for_its_state_unless_it_is_the_observations() -> None:
+    from mpe2 import simple_spread_v3
+
+    from hpcmarl.envs.cycle import fast_parallel, state_is_observations
+
+    raw = simple_spread_v3.raw_env()
+
+    class OwnState(type(raw)):  # type: ignore[misc]
+        def state(self) -> np.ndarray:
+            return np.zeros(3, np.float32)
+
+    raw.__class__ = OwnState
+    assert not state_is_observations(raw)
+
+    env = fast_parallel(simple_spread_v3.parallel_env())
+    different = np.arange(54, dtype=np.float32)
+    env.parallel.state = lambda: different  # what a reset's check sees, and then believes
+    env.reset(seed=0)
+    assert not env.state_from_observations
+    np.testing.assert_array_equal(env.state(), different)
