@@ -21,7 +21,9 @@ next observation, so step t + 1's Q-values are those of s_{t+1} with the memory 
 
 or TD(lambda) targets over the episode when `td_lambda` > 0. Where the env has legal-action
 masks, the next actions are the best legal ones. An agent that is no longer active adds nothing
-to Q_tot.
+to Q_tot. A time limit (truncation) is bootstrapped unless `bootstrap_truncated` is false: then
+it ends the return like a termination, a finite horizon on which the mixer's overestimates
+cannot compound from one episode's end into the next state's value.
 """
 
 from __future__ import annotations
@@ -228,7 +230,10 @@ class ValueDecomposition(NetworkAlgorithm):
         if self.q.standardize_rewards:
             mean, std = self.reward_norm.stats()
             reward = (reward - mean) / std
-        done = (t["terminations"] + (1.0 - t["active"])).clamp(max=1.0).min(dim=-1).values
+        ended = t["terminations"] + (1.0 - t["active"])
+        if not self.q.bootstrap_truncated:
+            ended = ended + t["truncations"]
+        done = ended.clamp(max=1.0).min(dim=-1).values
         gamma = self.cfg.gamma
         if self.q.td_lambda <= 0:
             return reward + gamma * (1.0 - done) * next_tot
@@ -328,7 +333,8 @@ def lambda_returns(
 ) -> torch.Tensor:
     """TD(lambda) targets [B, T], backwards over each episode:
     G_t = r_t + gamma (1 - done_t) ((1 - lam) V_{t+1} + lam G_{t+1}), where the step after the
-    episode's last filled one contributes V_{t+1} only (a truncated episode is bootstrapped)."""
+    episode's last filled one contributes V_{t+1} only (a truncated episode is bootstrapped
+    unless its last step is `done`)."""
     steps = reward.shape[1]
     out = torch.zeros_like(reward)
     following = torch.zeros_like(reward[:, 0])

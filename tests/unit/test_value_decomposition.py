@@ -160,6 +160,25 @@ def test_one_step_targets_match_a_hand_computation(mixer: str) -> None:
     assert got[b, 4] == pytest.approx(batch["rewards"][b, 4].sum(), rel=1e-5)  # terminated
 
 
+@pytest.mark.parametrize("bootstrap", [True, False])
+def test_a_truncated_last_step_bootstraps_only_when_asked(bootstrap: bool) -> None:
+    algo = make_team("qmix", gamma=0.9, qmix__bootstrap_truncated=bootstrap)
+    batch = random_episodes(algo, 2)
+    batch["terminations"][:] = False
+    batch["truncations"][:] = False
+    batch["truncations"][:, 4] = True  # a time limit at the fifth step
+    t = tensors_of(batch, algo.device)
+    inputs = sequence_inputs(t["observations"], t["next_observations"], algo.agent_ids)
+    with torch.no_grad():
+        got = algo.targets(t, unroll(algo.agent, inputs)[0], inputs).numpy()
+    reward = batch["rewards"][:, 4].sum(axis=-1)
+    if bootstrap:
+        assert not np.allclose(got[:, 4], reward, rtol=1e-5)
+    else:
+        np.testing.assert_allclose(got[:, 4], reward, rtol=1e-5)
+    assert not np.allclose(got[:, 3], batch["rewards"][:, 3].sum(axis=-1), rtol=1e-5)
+
+
 def test_the_actor_acting_step_by_step_sees_what_the_learner_unrolls() -> None:
     """The collector advances each agent's GRU state one step at a time; the learner runs the
     GRU over the stored episode. Both must give the same Q-values, or the learner would train
