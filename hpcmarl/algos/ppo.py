@@ -14,10 +14,11 @@ update, on one batch of fragments:
    value loss on normalised targets with the change of the value clipped, minus an entropy
    bonus; one averaged gradient and one Adam step per minibatch.
 
-Steps where an agent is not active (it finished before its episode did) carry no loss. Where the
-env has legal-action masks, fragments carry them and the loss scores the same masked policy the
-actor sampled from. The actor the collectors run is `algos.actors.CategoricalActor`; the critic
-stays here.
+Steps where an agent is not active (it finished before its episode did, or it is another
+player's turn) carry no loss, and its advantages run over its own decisions (`algos.returns`).
+Where the env has legal-action masks, fragments carry them and the loss scores the same masked
+policy the actor sampled from. The actor the collectors run is `algos.actors.CategoricalActor`;
+the critic stays here.
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ class PPO(NetworkAlgorithm):
             ended,
             self.cfg.gamma,
             self.ppo.gae_lambda,
+            batch["active"],
         )
         active = batch["active"].reshape(-1)
         n_items, steps, agents = batch["actions"].shape

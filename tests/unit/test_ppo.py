@@ -9,7 +9,7 @@ import torch
 from hpcmarl.algos.actors import CategoricalActor
 from hpcmarl.algos.contract import run_update
 from hpcmarl.algos.ppo import PPO, clipped_surrogate, clipped_value_loss
-from hpcmarl.algos.returns import ValueNorm, gae
+from hpcmarl.algos.returns import ValueNorm, decision_gae, gae
 from hpcmarl.testing.groups import group_of, job_with
 
 torch.set_num_threads(1)
@@ -46,6 +46,51 @@ def test_gae_matches_a_hand_computation_across_episode_ends() -> None:
     mc = gae(r[None], v[None], v_next[None], none[None], none[None], GAMMA, 1.0)[0]
     tail = sum(GAMMA**k * r[k] for k in range(6)) + GAMMA**6 * v_next[5]
     assert mc[0] + v[0] == pytest.approx(tail, rel=1e-5)
+
+
+def test_a_turn_based_players_advantage_runs_over_its_own_decisions() -> None:
+    """Two players alternating (player 0 at steps 0, 2, 3; player 1 at 1, 4): the first
+    episode ends at step 2 with rewards to both, the second is cut by the fragment's end."""
+    rng = np.random.default_rng(1)
+    r, v, v_next = (rng.standard_normal((1, 5, 2)).astype(np.float32) for _ in range(3))
+    r[0, :2] = 0.0
+    active = np.zeros((1, 5, 2), bool)
+    active[0, [0, 2, 3], 0] = True
+    active[0, [1, 4], 1] = True
+    term = np.zeros((1, 5, 2), bool)
+    term[0, 2] = True
+    got = gae(r, v, v_next, term, term, GAMMA, LAM, active)[0]
+    a2 = r[0, 2, 0] - v[0, 2, 0]
+    expected_p0 = {
+        2: a2,
+        0: r[0, 1, 0] + GAMMA * v[0, 2, 0] - v[0, 0, 0] + GAMMA * LAM * a2,
+        3: r[0, 3, 0] + r[0, 4, 0] + GAMMA * v_next[0, 4, 0] - v[0, 3, 0],
+    }
+    expected_p1 = {
+        1: r[0, 1, 1] + r[0, 2, 1] - v[0, 1, 1],  # the opponent's last move ends its episode
+        4: r[0, 4, 1] + GAMMA * v_next[0, 4, 1] - v[0, 4, 1],
+    }
+    for t, want in expected_p0.items():
+        assert got[t, 0] == pytest.approx(want, rel=1e-5)
+    for t, want in expected_p1.items():
+        assert got[t, 1] == pytest.approx(want, rel=1e-5)
+    assert not got[~active[0]].any()  # no advantage where the player did not decide
+
+
+def test_decisions_at_every_step_give_the_usual_gae() -> None:
+    rng = np.random.default_rng(2)
+    r, v = (rng.standard_normal((3, 8, 2)).astype(np.float32) for _ in range(2))
+    v_next = np.concatenate([v[:, 1:], rng.standard_normal((3, 1, 2)).astype(np.float32)], 1)
+    term = np.zeros((3, 8, 2), bool)
+    term[0, 3] = True
+    trunc = np.zeros_like(term)
+    trunc[1, 5] = True
+    v_next[0, 3] = 0.5  # the final observations where the episodes end
+    v_next[1, 5] = -0.25
+    everywhere = np.ones_like(term)
+    usual = gae(r, v, v_next, term, term | trunc, GAMMA, LAM)
+    by_decision = decision_gae(r, v, v_next, term, term | trunc, GAMMA, LAM, everywhere)
+    np.testing.assert_allclose(by_decision, usual, rtol=1e-5, atol=1e-6)
 
 
 def test_clipped_surrogate_takes_the_pessimistic_bound() -> None:
