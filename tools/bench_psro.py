@@ -1,15 +1,16 @@
 """PSRO on OpenSpiel poker: exploitability against iterations, env steps and wall time.
 
-For each game (kuhn, leduc) and world size this runs the game's job file under `mpirun -n N`
-for `--iterations` PSRO iterations and reads the `psro` rows of its `metrics.jsonl`. In the same
-run it measures the two baselines:
+For each game (kuhn, leduc; kuhn_ppo is Kuhn poker with PPO as the best-response oracle) and
+world size this runs the game's job file under `mpirun -n N` for `--iterations` PSRO
+iterations and reads the `psro` rows of its `metrics.jsonl`. In the same run it measures the
+two baselines:
 
 - the uniform random policy's exploitability, scored by OpenSpiel (the number to beat);
-- a bare loop of the same game and the same DQN actor (epsilon-greedy over the legal actions),
-  one process per core for a few seconds: the machine's env steps/s without hpcmarl, which the
-  best-response training rate is divided by (`*_collect_ratio`).
+- a bare loop of the same game and the job's actor (DQN's epsilon-greedy or PPO's sampling over
+  the legal actions), one process per core for a few seconds: the machine's env steps/s
+  without hpcmarl, which the best-response training rate is divided by (`*_collect_ratio`).
 
-    .venv/bin/python tools/bench_psro.py [--games kuhn leduc] [--ranks 4 16]
+    .venv/bin/python tools/bench_psro.py [--games kuhn leduc kuhn_ppo] [--ranks 4 16]
                                          [--iterations 20] [--seed 0]
 
 Prints one table row per run, each run's exploitability curve, and, as its last line, one JSON
@@ -32,9 +33,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_marl import bare_rate, cores, launch  # noqa: E402 - one harness for both
 
 ROOT = Path(__file__).resolve().parents[1]
-JOBS = {"kuhn": "jobs/kuhn_psro.yaml", "leduc": "jobs/leduc_psro.yaml"}
-GAMES = {"kuhn": "kuhn_poker", "leduc": "leduc_poker"}
-TARGETS = {"kuhn": 0.05, "leduc": 0.5}
+JOBS = {
+    "kuhn": "jobs/kuhn_psro.yaml",
+    "leduc": "jobs/leduc_psro.yaml",
+    "kuhn_ppo": "jobs/kuhn_psro_ppo.yaml",
+}
+GAMES = {"kuhn": "kuhn_poker", "leduc": "leduc_poker", "kuhn_ppo": "kuhn_poker"}
+TARGETS = {"kuhn": 0.05, "leduc": 0.5, "kuhn_ppo": 0.05}
 """The issue's exploitability targets."""
 FIGURES = {
     "final_exploitability": "final",
@@ -57,7 +62,7 @@ def uniform_exploitability(game_name: str) -> float:
 
 
 def _bare_loop(job: str, seconds: float, seed: int, out: mp.Queue) -> None:
-    """One core's env steps/s: the job's vector env and its DQN actor, nothing else."""
+    """One core's env steps/s: the job's vector env and its actor, nothing else."""
     import torch
 
     from hpcmarl.algos.actors import build_actor
@@ -120,7 +125,7 @@ def one_run(game: str, ranks: int, iterations: int, seed: int, run_dir: Path) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--games", nargs="+", default=list(JOBS), choices=list(JOBS))
+    parser.add_argument("--games", nargs="+", default=["kuhn", "leduc"], choices=list(JOBS))
     parser.add_argument("--ranks", type=int, nargs="+", default=[4, 16])
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
@@ -135,11 +140,11 @@ def main() -> None:
         figures[f"{game}_uniform_exploitability"] = round(uniform, 4)
         figures[f"{game}_bare_env_steps_per_s"] = round(bare[game], 1)
         print(
-            f"{game}: uniform random policy exploitability {uniform:.4f}; bare loop (env + DQN "
+            f"{game}: uniform random policy exploitability {uniform:.4f}; bare loop (env + "
             f"actor), {cores()} cores: {bare[game]:,.0f} env steps/s"
         )
     print(
-        f"\n{'game':<6} {'ranks':>5} {'iters':>5} {'final':>7} {'best':>7} {'at target':>9} "
+        f"\n{'game':<8} {'ranks':>5} {'iters':>5} {'final':>7} {'best':>7} {'at target':>9} "
         f"{'s/iter':>7} {'steps/s':>8} {'vs bare':>7}"
     )
     runs = []
@@ -150,7 +155,7 @@ def main() -> None:
                 runs.append(run)
                 ratio = (run["env_steps_per_s"] or 0.0) / bare[game]
                 print(
-                    f"{game:<6} {ranks:>5} {run['iterations']:>5} {run['final']!s:>7} "
+                    f"{game:<8} {ranks:>5} {run['iterations']:>5} {run['final']!s:>7} "
                     f"{run['best']!s:>7} {run['first_at_target']!s:>9} {run['iteration_s']!s:>7} "
                     f"{run['env_steps_per_s']!s:>8} {ratio:>7.2f}"
                     + ("" if run["ok"] else f"  (job failed)\n{run['tail']}"),

@@ -160,6 +160,21 @@ class CategoricalActor(NetworkActor):
         taken = log_probs[rows, actions].astype(np.float32)
         return ActResult(actions.astype(np.int64), {"log_probs": taken})
 
+    def probabilities(
+        self,
+        obs: np.ndarray,
+        action_mask: np.ndarray | None = None,
+        agent_index: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """The distribution `act` samples from, float64 [B, n_actions] (0 on masked actions):
+        the policy itself, for scoring it exactly (PSRO's exploitability)."""
+        logits = self.scores(obs, agent_index)
+        log_probs = masked_log_softmax(logits, _tensor(action_mask)).numpy()
+        probs = np.exp(log_probs.astype(np.float64))
+        if action_mask is not None:
+            probs[~action_mask] = 0.0
+        return probs / probs.sum(axis=1, keepdims=True)
+
 
 class RecurrentEpsilonGreedyActor(FrozenActor):
     """Epsilon-greedy over a recurrent Q-network: every row advances its recurrent state, also

@@ -233,9 +233,11 @@ class PSROConfig:
     iterations: int = 20
     """PSRO iterations (best responses per player) before the run stops; 0 means no limit."""
     steps_per_iteration: int = 20_000
-    """Environment steps collected for the new best responses in one iteration (all players)."""
+    """Environment steps collected for the new best responses in one iteration (all players;
+    an off-policy oracle's: PPO's steps follow from its updates, each on fresh fragments)."""
     updates_per_iteration: int = 2_000
-    """Learner updates per training group (player) in one iteration."""
+    """Learner updates per training group (player) in one iteration (PPO: each on
+    learner.ppo.batch_fragments fresh fragments)."""
     meta_solver: str = "nash"
     """How the meta-strategy is solved from the payoff matrix: nash (linear program, two-player
     zero-sum), uniform (fictitious play) or prd (projected replicator dynamics)."""

@@ -1,8 +1,9 @@
 """What a PSRO job must be, refused at start-up in one message each.
 
 PSRO here grows one population per player of a two-player game, trains each new policy as a
-best response with an off-policy algorithm whose greedy policy is the frozen strategy, and
-scores the meta-strategy with OpenSpiel's exploitability, which needs the game's tree.
+best response (DQN, whose greedy policy becomes the frozen strategy, or PPO, whose action
+distribution does), and scores the meta-strategy with OpenSpiel's exploitability, which needs
+the game's tree.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from typing import Any
 
 from hpcmarl.errors import ConfigError, EnvError
 
-PSRO_ALGOS = ("dqn",)
-"""Algorithms that can be PSRO's best-response oracle (a frozen member plays its greedy policy,
-which for these is the policy they learned)."""
+PSRO_ALGOS = ("dqn", "ppo", "ippo", "mappo")
+"""Algorithms that can be PSRO's best-response oracle: feed-forward actors whose frozen play is
+the policy they learned (DQN's greedy one, PPO's distribution). R2D2, VDN and QMIX are not:
+their actors are recurrent, and a frozen recurrent member would need its state carried through
+the exploitability's tree walk."""
 
 
 def check_psro_job(cfg: Any, groups: dict[str, list[str]], n_agents: int) -> None:

@@ -124,7 +124,8 @@ class Collector(Role):
         if self.task["kind"] in ("eval", "matchup"):
             self.pull_weights(self.task.get("versions"))
             env = self.make_eval_env(self.task["episodes"], self.task.get("seed"))
-            self.evaluation = Evaluation(env, self.actors, self.bindings)
+            greedy = frozenset(self.task["greedy"]) if "greedy" in self.task else True
+            self.evaluation = Evaluation(env, self.actors, self.bindings, greedy)
         elif self.task["kind"] == "exploitability":
             self.pull_weights(self.task["versions"])
         elif self.deterministic or self.task.get("fresh"):

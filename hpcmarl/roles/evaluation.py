@@ -1,4 +1,6 @@
 """Greedy evaluation, stepped a little at a time so that the collector hosting it never blocks.
+(A PSRO matchup may name the keys that play greedily; the others sample their policies, as a
+policy-gradient oracle's frozen members do.)
 
 One env copy per episode; each copy counts only its first episode. The return of a
 multi-agent episode is the team return (the sum over agents); per-agent returns are kept too,
@@ -8,6 +10,7 @@ turn-based game's payoff after the opponent's last move).
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -18,8 +21,15 @@ from .acting import Memory, act_all
 class Evaluation:
     """Plays one greedy episode in each copy of `env`, one vector step per call of `step()`."""
 
-    def __init__(self, env: Any, actors: dict, bindings: dict[str, str]) -> None:
+    def __init__(
+        self,
+        env: Any,
+        actors: dict,
+        bindings: dict[str, str],
+        greedy: bool | AbstractSet[str] = True,
+    ) -> None:
         self.env, self.actors, self.bindings = env, actors, bindings
+        self.greedy = greedy
         self.obs = env.reset()
         self.masks = env.action_masks
         self.rng = np.random.default_rng(0)
@@ -36,7 +46,7 @@ class Evaluation:
             self.obs,
             self.rng,
             0,
-            greedy=True,
+            greedy=self.greedy,
             masks=self.masks,
             memory=self.memory,
         )

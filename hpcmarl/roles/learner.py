@@ -178,7 +178,7 @@ class Learner(Role):
         for trainer in self.trainers.values():
             trainer.remaining = msg.meta["updates"]
             trainer.stats, trainer.dropped, trainer.parts = [], {}, {}
-            if trainer.on_policy:
+            if trainer.on_policy and trainer.remaining:  # (PSRO's retarget task has none)
                 self.request_fragments(trainer, msg.meta["take"].get(trainer.group, {}))
 
     def handle_sample(self, msg: Message) -> None:

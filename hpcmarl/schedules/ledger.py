@@ -87,6 +87,10 @@ class FragmentLedger:
         """The versions the next collect task must act with, by key."""
         return {k: self.required_version(b) for b in self.books.values() for k in b.keys}
 
+    def planned(self, group: str) -> int:
+        """Items of the group's collect tasks granted so far."""
+        return self.books[group].planned
+
     def on_granted(self, task_id: str) -> None:
         for book in self.books.values():
             book.starts[task_id] = book.planned

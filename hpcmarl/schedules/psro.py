@@ -11,11 +11,18 @@ later iteration k then runs four phases, and the schedule's state says which one
    policy, every other player plays greedily a policy drawn from its meta-strategy for the whole
    task (fresh episodes, so no episode mixes opponents), and only the learning player's items
    ship. Learners train until `updates_per_iteration` updates per group and collectors until
-   `steps_per_iteration` env steps, both.
+   `steps_per_iteration` env steps, both. An on-policy oracle (PPO) instead trains each batch
+   of fresh fragments once, as the on-policy schedule does, with one `FragmentLedger` per
+   player for the iteration's new keys; its players' collection follows from the updates
+   (`updates_per_iteration` x `ppo.batch_fragments` fragments each).
 3. `evaluate`: every payoff entry that wants episodes is one matchup task (greedy policies, the
    same deals for every entry, the final weight versions named).
 4. `solve`: the meta-solver gives the new meta-strategy; a collector scores its exploitability
    with OpenSpiel; the iteration's row goes to the metrics.
+
+A frozen member plays the policy it learned: a value-based oracle's greedy policy, a policy-
+gradient oracle's action distribution (sampled in collect and matchup tasks, its probabilities
+in the exploitability).
 
 Every field below is in `state()`, so a checkpoint at any point resumes the same iteration.
 """
@@ -29,11 +36,13 @@ from typing import Any
 
 import numpy as np
 
+from ..algos.catalog import CATALOG
 from ..algos.contract import PolicySpec
 from ..psro.meta_solvers import meta_solver
 from ..psro.payoff import PayoffTable
 from ..roles.task_space import new_task_id
 from .base import Context, Grant, Schedule, Situation
+from .ledger import FragmentLedger
 
 MATCHUP_SEED_OFFSET = 7_777
 """Matchups all start from the job seed plus this: every entry sees the same deals."""
@@ -70,6 +79,10 @@ class PSRO(Schedule):
         self.sid = ctx.cfg.agents.strategy_spec_id
         self.players = players_of(ctx)
         self.solver = meta_solver(self.cfg.meta_solver)
+        self.on_policy = CATALOG[ctx.cfg.learner.algo].on_policy
+        """The oracle trains on fresh fragments once (PPO) rather than from a replay table."""
+        self.ledgers: dict[str, FragmentLedger] = {}
+        """On-policy: group -> the books of its new keys' fragments this iteration."""
         self.rng = np.random.default_rng(ctx.cfg.seed + 31_337)
         self.iteration = 0
         self.phase = "evaluate"
@@ -121,6 +134,7 @@ class PSRO(Schedule):
         if purpose[0] == "collect":
             self.steps[purpose[1]] += int(report["collect"]["env_steps"])
             self.total_steps += int(report["collect"]["env_steps"])
+            self.on_fragments(purpose[1], report["task_id"], report["collect"].get("items", {}))
         elif purpose[0] == "learn":
             self.on_learned(report)
         elif purpose[0] == "matchup":
@@ -131,7 +145,9 @@ class PSRO(Schedule):
         self.advance()
 
     def on_task_failed(self, role: str, report: dict[str, Any]) -> None:
-        self.running.pop(report["task_id"], None)
+        purpose = self.running.pop(report["task_id"], ("lost",))
+        if purpose[0] == "collect":  # what it inserted before it failed is still trained on
+            self.on_fragments(purpose[1], report["task_id"], report.get("items", {}))
         self.advance()
 
     def stop_reason(self) -> str | None:
@@ -172,7 +188,20 @@ class PSRO(Schedule):
         self.steps = [0] * len(self.players)
         self.updates = dict.fromkeys(self.ctx.crews, 0)
         self.retargeted = set()
+        self.ledgers = self.new_ledgers()
         self.phase = "retarget"
+
+    def new_ledgers(self) -> dict[str, FragmentLedger]:
+        """On-policy: empty books for each player's new keys, at version 1 (fresh networks)."""
+        if not self.on_policy or not self.iteration:
+            return {}
+        ppo = self.ctx.cfg.learner.ppo
+        ledgers = {}
+        for p, player in enumerate(self.players):
+            keys = tuple(sorted(self.populations[p][-1].values()))
+            book = {player.group: (ppo.batch_fragments, ppo.max_policy_lag, keys)}
+            ledgers[player.group] = FragmentLedger(book, self.ctx.shards, self.ctx.items_per_task)
+        return ledgers
 
     def retarget_grants(self, s: Situation) -> list[Grant]:
         """Every crew switches its groups to the new keys (fresh networks, published at once)."""
@@ -201,6 +230,8 @@ class PSRO(Schedule):
     def train_grants(self, s: Situation) -> list[Grant]:
         """Collect tasks until the iteration's steps and updates are done; a crew's learner
         tasks as its players' data comes in (`paced_updates`)."""
+        if self.on_policy:
+            return self.on_policy_grants(s)
         grants = []
         if not (self.collected() and self.trained()):
             for collector in s.waiting_collectors[: s.collector_slots]:
@@ -230,36 +261,92 @@ class PSRO(Schedule):
         collected = min(self.steps[self.player_index(g)] for g in groups)
         return 0.0 if not collected else self.cfg.updates_per_iteration * collected / share
 
-    def training_task(self, s: Situation) -> dict[str, Any]:
-        """Train the next player in turn against policies drawn from the others' meta-strategy."""
-        learning = self.turn % len(self.players)
-        self.turn += 1
+    def on_policy_grants(self, s: Situation) -> list[Grant]:
+        """Collect tasks for the players whose books want fragments and have room for them;
+        a crew's update once the batch of every group it trains is complete, until its quota."""
+        grants = []
+        for collector in s.waiting_collectors[: s.collector_slots]:
+            learning = self.next_collecting_player()
+            if learning is None:
+                break
+            grants.append(Grant(collector, self.training_task(s, learning)))
+        for members, groups in self.ctx.crews.items():
+            if self.updates[members] >= self.cfg.updates_per_iteration:
+                continue
+            if not set(members) <= s.waiting_learners:
+                continue
+            if not all(self.ledgers[g].ready(g) for g in groups):
+                continue
+            self.updates[members] += 1
+            takes = {g: self.ledgers[g].assign(g, members) for g in groups}
+            for grant in self.crew_grants("learner", members, updates=1):
+                learner = grant.role
+                grant.task["take"] = {g: takes[g][learner] for g in groups}
+                grants.append(grant)
+        return grants
+
+    def next_collecting_player(self) -> int | None:
+        """On-policy: the next player in turn whose new policy still needs fragments for its
+        quota of updates and whose books let a task start now."""
+        for _ in self.players:
+            p = self.turn % len(self.players)
+            self.turn += 1
+            group = self.players[p].group
+            ledger = self.ledgers[group]
+            wanted = self.cfg.updates_per_iteration * self.ctx.cfg.learner.ppo.batch_fragments
+            if ledger.planned(group) < wanted and ledger.may_collect():
+                return p
+        return None
+
+    def training_task(self, s: Situation, learning: int | None = None) -> dict[str, Any]:
+        """Train a player (the next in turn, unless named) against policies drawn from the
+        others' meta-strategy."""
+        if learning is None:
+            learning = self.turn % len(self.players)
+            self.turn += 1
         bindings: dict[str, str] = {}
-        greedy: list[str] = []
+        frozen: list[str] = []
         for p, player in enumerate(self.players):
             if p == learning:
                 member = self.populations[p][-1]
             else:
                 drawn = self.rng.choice(len(self.meta[p]), p=self.meta[p])
                 member = self.populations[p][int(drawn)]
-                greedy += sorted(member.values())
+                frozen += sorted(member.values())
             bindings |= player.bindings(member)
         task_id = new_task_id("collector")
         self.running[task_id] = ("collect", learning)
+        versions = {key: self.versions[key] for key in frozen}
+        group = self.players[learning].group
+        if self.on_policy:
+            versions |= self.ledgers[group].versions()
+            self.ledgers[group].on_granted(task_id)
         return self.collect_task(
             task_id,
             s,
             env_steps=self.steps[learning],
             bindings=bindings,
-            record=[self.players[learning].group],
-            greedy=greedy,
+            record=[group],
+            greedy=self.greedy(frozen),
             fresh=True,
             generation=self.iteration,
-            versions={key: self.versions[key] for key in greedy},
+            versions=versions,
         )
 
+    def greedy(self, keys: list[str]) -> list[str]:
+        """The frozen keys that play greedily: all of a value-based oracle's, none of a policy-
+        gradient oracle's (its action distribution is what it learned)."""
+        return [] if self.on_policy else keys
+
+    def on_fragments(self, player: int, task_id: str, items: dict[str, Any]) -> None:
+        """On-policy: the fragments a collect task had inserted, into its player's books."""
+        ledger = self.ledgers.get(self.players[player].group)
+        if ledger is not None:
+            ledger.on_collected(task_id, items)
+
     def collected(self) -> bool:
-        return sum(self.steps) >= self.cfg.steps_per_iteration
+        """Off-policy: the iteration's steps; on-policy, the data follows from the updates."""
+        return self.on_policy or sum(self.steps) >= self.cfg.steps_per_iteration
 
     def trained(self) -> bool:
         return all(n >= self.cfg.updates_per_iteration for n in self.updates.values())
@@ -269,6 +356,8 @@ class PSRO(Schedule):
         for group, row in report["stats"]["groups"].items():
             for key in self.populations[self.player_index(group)][-1].values():
                 self.versions[key] = max(self.versions.get(key, 0), int(row["version"]))
+            if group in self.ledgers:
+                self.ledgers[group].on_trained(group, int(row["version"]))
 
     # -- phase 3: matchups --------------------------------------------------------------------
     def matchup_grants(self, s: Situation) -> list[Grant]:
@@ -288,6 +377,7 @@ class PSRO(Schedule):
                 "seed": self.ctx.cfg.seed + MATCHUP_SEED_OFFSET,
                 "versions": {k: self.versions[k] for k in set(bindings.values())},
                 "players": [list(p.agents) for p in self.players],
+                "greedy": self.greedy(sorted(set(bindings.values()))),
             }
             self.running[task_id] = ("matchup", entry)
             grants.append(Grant(collector, task))
@@ -375,6 +465,7 @@ class PSRO(Schedule):
             "exploitability": self.exploitability,
             "elapsed_s": self.elapsed(),
             "rng": self.rng.bit_generator.state,
+            "ledgers": {g: ledger.state() for g, ledger in self.ledgers.items()},
         }
         return {"psro": json.dumps(plain), "payoffs": self.payoffs.state_dict()}
 
@@ -393,6 +484,9 @@ class PSRO(Schedule):
         self.elapsed_before, self.started = float(plain["elapsed_s"]), time.monotonic()
         self.rng.bit_generator.state = plain["rng"]
         self.payoffs = PayoffTable.from_state(tree["payoffs"])
+        self.ledgers = self.new_ledgers()
+        for group, books in plain.get("ledgers", {}).items():
+            self.ledgers[group].load_state(books)
 
 
 def single_key(member: dict[str, str]) -> str:

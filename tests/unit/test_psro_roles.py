@@ -98,7 +98,7 @@ def test_a_learner_switches_a_group_to_new_keys_with_fresh_networks() -> None:
 @pytest.mark.parametrize(
     ("overrides", "error", "words"),
     [
-        (["learner.algo=mappo"], ConfigError, "cannot be PSRO's best-response oracle"),
+        (["learner.algo=r2d2"], ConfigError, "cannot be PSRO's best-response oracle"),
         (["commander.deterministic=true"], ConfigError, "drop offline.dataset and"),
         (
             ["env.kind=pettingzoo", "env.id=mpe2.simple_spread_v3"],

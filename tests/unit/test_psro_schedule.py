@@ -29,10 +29,14 @@ def context(*overrides: str) -> Context:
             *overrides,
         ],
     )
+    return context_of(cfg, "epsilon_greedy")
+
+
+def context_of(cfg: Any, actor: str) -> Context:
     groups = {"player_0": ("learner0",), "player_1": ("learner1",)}
     keys = {g: (f"main/{g}",) for g in groups}
     bindings = {g: f"main/{g}" for g in groups}
-    spec = PolicySpec("main/player_0", "epsilon_greedy", 11, 2, (64,))
+    spec = PolicySpec("main/player_0", actor, 11, 2, (64,))
     specs = {k: replace(spec, key=k) for k in bindings.values()}
     return Context(cfg, COLLECTORS, ("replay0",), groups, bindings, keys, specs)
 
@@ -250,3 +254,99 @@ def test_other_meta_solvers_plug_in(solver: str) -> None:
     assert schedule.phase == "between"  # no exploitability task
     ((_, row),) = schedule.records()
     assert "exploitability" not in row and row["meta_strategy"] == [[1.0], [1.0]]
+
+
+def ppo_context() -> Context:
+    """PPO as the oracle: two updates per player and iteration, each on 32 fragments, which
+    one collect task yields (4 fragments x 8 env copies)."""
+    overrides = ["psro.updates_per_iteration=2", "psro.eval_episodes=10"]
+    cfg = load_job("jobs/kuhn_psro_ppo.yaml", overrides)
+    assert cfg.learner.ppo.batch_fragments == 32 and cfg.learner.ppo.max_policy_lag == 1
+    assert cfg.collector.fragments_per_task * cfg.env.num_envs == 32
+    return context_of(cfg, "categorical")
+
+
+class Shard:
+    """What replay0 acknowledges: consecutive insert ids per group, 32 per collect task."""
+
+    def __init__(self) -> None:
+        self.inserted = {"player_0": 0, "player_1": 0}
+
+    def finish(self, schedule: PSRO, grant: Grant, version: int = 0) -> None:
+        task = grant.task
+        if task.get("kind") == "collect":
+            (group,) = task["record"]
+            first, self.inserted[group] = self.inserted[group], self.inserted[group] + 32
+            collect = {"env_steps": 512, "items": {group: {"replay0": [[first, 32]]}}}
+            report: dict[str, Any] = {"collect": collect}
+        else:
+            (group,) = task.get("take") or task.get("train")
+            report = {"stats": {"groups": {group: {"version": version}} if version else {}}}
+        kind = task.get("kind", "learn")
+        schedule.on_task_done(grant.role, kind, {"task_id": task["task_id"], **report})
+
+
+def test_a_ppo_oracle_trains_each_batch_of_fresh_fragments_once() -> None:
+    schedule = PSRO(ppo_context())
+    grants = run_phase(schedule, "evaluate")
+    assert grants[0].task["greedy"] == []  # frozen PPO policies sample in matchups
+    run_phase(schedule, "score")
+    for grant in schedule.grants(situation()):  # retarget: fresh networks at version 1
+        finish(schedule, grant, groups={})
+    assert schedule.phase == "train"
+
+    shard, versions = Shard(), {"player_0": 1, "player_1": 1}
+    collects, takes = [], []
+    for _ in range(50):
+        if schedule.phase != "train":
+            break
+        grants = schedule.grants(situation())
+        assert grants, "nothing granted while training"
+        for grant in grants:
+            if grant.task.get("kind") == "collect":
+                collects.append(grant.task)
+                shard.finish(schedule, grant)
+            else:
+                ((group, take),) = grant.task["take"].items()
+                takes.append((group, take))
+                versions[group] += 1
+                shard.finish(schedule, grant, versions[group])
+    assert schedule.phase == "evaluate"
+    # Exactly the data the updates need, each fragment trained once, oldest first.
+    assert sorted(t["record"][0] for t in collects) == ["player_0"] * 2 + ["player_1"] * 2
+    for group in ("player_0", "player_1"):
+        assert [t for g, t in takes if g == group] == [
+            {"replay0": [[0, 32]]},
+            {"replay0": [[32, 32]]},
+        ]
+    first = next(t for t in collects if t["record"] == ["player_0"])
+    assert first["greedy"] == [] and first["fresh"] and first["generation"] == 1
+    assert first["bindings"] == {"player_0": "main/player_0-1", "player_1": "main/player_1"}
+    assert first["versions"] == {"main/player_1": 1, "main/player_0-1": 1}
+    # The next iteration's matchups name the final versions of the new policies.
+    matchups = run_phase(schedule, "evaluate")
+    assert all(g.task["versions"].get("main/player_0-1", 3) == 3 for g in matchups)
+
+
+def test_a_ppo_oracles_books_survive_a_checkpoint_mid_iteration() -> None:
+    schedule = PSRO(ppo_context())
+    run_phase(schedule, "evaluate")
+    run_phase(schedule, "score")
+    for grant in schedule.grants(situation()):
+        finish(schedule, grant, groups={})
+    shard = Shard()
+    for grant in schedule.grants(situation(learners=())):  # one collect task per player
+        shard.finish(schedule, grant)
+    saved = schedule.state()
+
+    resumed = PSRO(ppo_context())
+    resumed.load_state(saved)
+    for group, ledger in schedule.ledgers.items():
+        assert resumed.ledgers[group].state() == ledger.state()
+    a = schedule.grants(situation(collectors=()))
+    b = resumed.grants(situation(collectors=()))
+    assert [g.task["take"] for g in a] == [g.task["take"] for g in b]
+    assert [g.task["take"] for g in a] == [
+        {"player_0": {"replay0": [[0, 32]]}},
+        {"player_1": {"replay0": [[0, 32]]}},
+    ]
