@@ -146,8 +146,7 @@ class CategoricalActor(NetworkActor):
         recurrent_state: np.ndarray | None = None,
         agent_index: np.ndarray | None = None,
     ) -> ActResult:
-        logits = self.scores(obs, agent_index)
-        log_probs = masked_log_softmax(logits, _tensor(action_mask)).numpy()
+        log_probs = self.log_probabilities(obs, action_mask, agent_index)
         if greedy:
             actions = log_probs.argmax(axis=1)
         else:  # inverse CDF with the collector's own generator: reproducible and checkpointed
@@ -160,6 +159,16 @@ class CategoricalActor(NetworkActor):
         taken = log_probs[rows, actions].astype(np.float32)
         return ActResult(actions.astype(np.int64), {"log_probs": taken})
 
+    def log_probabilities(
+        self,
+        obs: np.ndarray,
+        action_mask: np.ndarray | None = None,
+        agent_index: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """log pi(a | obs) over the legal actions, [B, n_actions]."""
+        logits = self.scores(obs, agent_index)
+        return masked_log_softmax(logits, _tensor(action_mask)).numpy()
+
     def probabilities(
         self,
         obs: np.ndarray,
@@ -168,8 +177,7 @@ class CategoricalActor(NetworkActor):
     ) -> np.ndarray:
         """The distribution `act` samples from, float64 [B, n_actions] (0 on masked actions):
         the policy itself, for scoring it exactly (PSRO's exploitability)."""
-        logits = self.scores(obs, agent_index)
-        log_probs = masked_log_softmax(logits, _tensor(action_mask)).numpy()
+        log_probs = self.log_probabilities(obs, action_mask, agent_index)
         probs = np.exp(log_probs.astype(np.float64))
         if action_mask is not None:
             probs[~action_mask] = 0.0

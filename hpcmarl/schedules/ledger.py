@@ -70,9 +70,14 @@ class FragmentLedger:
         self.books = {g: GroupBook(b, lag, keys) for g, (b, lag, keys) in groups.items()}
 
     # -- collection -----------------------------------------------------------------------------
-    def may_collect(self) -> bool:
-        """Another task fits in every group's window and its versions are published."""
-        for book in self.books.values():
+    # A collect task fills every group's books unless it names the ones it records (PSRO: the
+    # learning player's group only).
+    def filled(self, groups: list[str] | None) -> list[GroupBook]:
+        return list(self.books.values()) if groups is None else [self.books[g] for g in groups]
+
+    def may_collect(self, groups: list[str] | None = None) -> bool:
+        """Another task fits in its groups' windows and its versions are published."""
+        for book in self.filled(groups):
             if book.planned - book.assigned + self.per_task > (book.lag + 1) * book.batch:
                 return False
             if book.version < self.required_version(book):
@@ -83,16 +88,16 @@ class FragmentLedger:
         ahead = (book.planned + self.per_task - 1 - book.assigned) // book.batch
         return max(1, book.version + book.training + ahead - book.lag)
 
-    def versions(self) -> dict[str, int]:
+    def versions(self, groups: list[str] | None = None) -> dict[str, int]:
         """The versions the next collect task must act with, by key."""
-        return {k: self.required_version(b) for b in self.books.values() for k in b.keys}
+        return {k: self.required_version(b) for b in self.filled(groups) for k in b.keys}
 
     def planned(self, group: str) -> int:
         """Items of the group's collect tasks granted so far."""
         return self.books[group].planned
 
-    def on_granted(self, task_id: str) -> None:
-        for book in self.books.values():
+    def on_granted(self, task_id: str, groups: list[str] | None = None) -> None:
+        for book in self.filled(groups):
             book.starts[task_id] = book.planned
             book.planned += self.per_task
 

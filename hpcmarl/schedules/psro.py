@@ -12,8 +12,9 @@ later iteration k then runs four phases, and the schedule's state says which one
    task (fresh episodes, so no episode mixes opponents), and only the learning player's items
    ship. Learners train until `updates_per_iteration` updates per group and collectors until
    `steps_per_iteration` env steps, both. An on-policy oracle (PPO) instead trains each batch
-   of fresh fragments once, as the on-policy schedule does, with one `FragmentLedger` per
-   player for the iteration's new keys; its players' collection follows from the updates
+   of fresh fragments once, as the on-policy schedule does, with a `FragmentLedger` of the
+   iteration's new keys (each collect task fills its learning player's books); its players'
+   collection follows from the updates
    (`updates_per_iteration` x `ppo.batch_fragments` fragments each).
 3. `evaluate`: every payoff entry that wants episodes is one matchup task (greedy policies, the
    same deals for every entry, the final weight versions named).
@@ -43,6 +44,7 @@ from ..psro.payoff import PayoffTable
 from ..roles.task_space import new_task_id
 from .base import Context, Grant, Schedule, Situation
 from .ledger import FragmentLedger
+from .on_policy import update_grants
 
 MATCHUP_SEED_OFFSET = 7_777
 """Matchups all start from the job seed plus this: every entry sees the same deals."""
@@ -81,8 +83,8 @@ class PSRO(Schedule):
         self.solver = meta_solver(self.cfg.meta_solver)
         self.on_policy = CATALOG[ctx.cfg.learner.algo].on_policy
         """The oracle trains on fresh fragments once (PPO) rather than from a replay table."""
-        self.ledgers: dict[str, FragmentLedger] = {}
-        """On-policy: group -> the books of its new keys' fragments this iteration."""
+        self.ledger: FragmentLedger | None = None
+        """On-policy: the books of this iteration's new keys' fragments, per group."""
         self.rng = np.random.default_rng(ctx.cfg.seed + 31_337)
         self.iteration = 0
         self.phase = "evaluate"
@@ -134,7 +136,7 @@ class PSRO(Schedule):
         if purpose[0] == "collect":
             self.steps[purpose[1]] += int(report["collect"]["env_steps"])
             self.total_steps += int(report["collect"]["env_steps"])
-            self.on_fragments(purpose[1], report["task_id"], report["collect"].get("items", {}))
+            self.on_fragments(report["task_id"], report["collect"].get("items", {}))
         elif purpose[0] == "learn":
             self.on_learned(report)
         elif purpose[0] == "matchup":
@@ -147,7 +149,7 @@ class PSRO(Schedule):
     def on_task_failed(self, role: str, report: dict[str, Any]) -> None:
         purpose = self.running.pop(report["task_id"], ("lost",))
         if purpose[0] == "collect":  # what it inserted before it failed is still trained on
-            self.on_fragments(purpose[1], report["task_id"], report.get("items", {}))
+            self.on_fragments(report["task_id"], report.get("items", {}))
         self.advance()
 
     def stop_reason(self) -> str | None:
@@ -188,20 +190,23 @@ class PSRO(Schedule):
         self.steps = [0] * len(self.players)
         self.updates = dict.fromkeys(self.ctx.crews, 0)
         self.retargeted = set()
-        self.ledgers = self.new_ledgers()
+        self.ledger = self.new_ledger()
         self.phase = "retarget"
 
-    def new_ledgers(self) -> dict[str, FragmentLedger]:
+    def new_ledger(self) -> FragmentLedger | None:
         """On-policy: empty books for each player's new keys, at version 1 (fresh networks)."""
         if not self.on_policy or not self.iteration:
-            return {}
+            return None
         ppo = self.ctx.cfg.learner.ppo
-        ledgers = {}
-        for p, player in enumerate(self.players):
-            keys = tuple(sorted(self.populations[p][-1].values()))
-            book = {player.group: (ppo.batch_fragments, ppo.max_policy_lag, keys)}
-            ledgers[player.group] = FragmentLedger(book, self.ctx.shards, self.ctx.items_per_task)
-        return ledgers
+        books = {
+            player.group: (
+                ppo.batch_fragments,
+                ppo.max_policy_lag,
+                tuple(sorted(self.populations[p][-1].values())),
+            )
+            for p, player in enumerate(self.players)
+        }
+        return FragmentLedger(books, self.ctx.shards, self.ctx.items_per_task)
 
     def retarget_grants(self, s: Situation) -> list[Grant]:
         """Every crew switches its groups to the new keys (fresh networks, published at once)."""
@@ -270,31 +275,30 @@ class PSRO(Schedule):
             if learning is None:
                 break
             grants.append(Grant(collector, self.training_task(s, learning)))
+        assert self.ledger is not None
         for members, groups in self.ctx.crews.items():
             if self.updates[members] >= self.cfg.updates_per_iteration:
                 continue
             if not set(members) <= s.waiting_learners:
                 continue
-            if not all(self.ledgers[g].ready(g) for g in groups):
+            if not all(self.ledger.ready(g) for g in groups):
                 continue
             self.updates[members] += 1
-            takes = {g: self.ledgers[g].assign(g, members) for g in groups}
-            for grant in self.crew_grants("learner", members, updates=1):
-                learner = grant.role
-                grant.task["take"] = {g: takes[g][learner] for g in groups}
+            for grant in update_grants(self.ledger, members, groups):
+                self.running[grant.task["task_id"]] = ("learn", members)
                 grants.append(grant)
         return grants
 
     def next_collecting_player(self) -> int | None:
         """On-policy: the next player in turn whose new policy still needs fragments for its
         quota of updates and whose books let a task start now."""
+        assert self.ledger is not None
+        wanted = self.cfg.updates_per_iteration * self.ctx.cfg.learner.ppo.batch_fragments
         for _ in self.players:
             p = self.turn % len(self.players)
             self.turn += 1
             group = self.players[p].group
-            ledger = self.ledgers[group]
-            wanted = self.cfg.updates_per_iteration * self.ctx.cfg.learner.ppo.batch_fragments
-            if ledger.planned(group) < wanted and ledger.may_collect():
+            if self.ledger.planned(group) < wanted and self.ledger.may_collect([group]):
                 return p
         return None
 
@@ -318,9 +322,9 @@ class PSRO(Schedule):
         self.running[task_id] = ("collect", learning)
         versions = {key: self.versions[key] for key in frozen}
         group = self.players[learning].group
-        if self.on_policy:
-            versions |= self.ledgers[group].versions()
-            self.ledgers[group].on_granted(task_id)
+        if self.ledger is not None:
+            versions |= self.ledger.versions([group])
+            self.ledger.on_granted(task_id, [group])
         return self.collect_task(
             task_id,
             s,
@@ -338,11 +342,10 @@ class PSRO(Schedule):
         gradient oracle's (its action distribution is what it learned)."""
         return [] if self.on_policy else keys
 
-    def on_fragments(self, player: int, task_id: str, items: dict[str, Any]) -> None:
+    def on_fragments(self, task_id: str, items: dict[str, Any]) -> None:
         """On-policy: the fragments a collect task had inserted, into its player's books."""
-        ledger = self.ledgers.get(self.players[player].group)
-        if ledger is not None:
-            ledger.on_collected(task_id, items)
+        if self.ledger is not None:
+            self.ledger.on_collected(task_id, items)
 
     def collected(self) -> bool:
         """Off-policy: the iteration's steps; on-policy, the data follows from the updates."""
@@ -356,8 +359,8 @@ class PSRO(Schedule):
         for group, row in report["stats"]["groups"].items():
             for key in self.populations[self.player_index(group)][-1].values():
                 self.versions[key] = max(self.versions.get(key, 0), int(row["version"]))
-            if group in self.ledgers:
-                self.ledgers[group].on_trained(group, int(row["version"]))
+            if self.ledger is not None:
+                self.ledger.on_trained(group, int(row["version"]))
 
     # -- phase 3: matchups --------------------------------------------------------------------
     def matchup_grants(self, s: Situation) -> list[Grant]:
@@ -465,7 +468,7 @@ class PSRO(Schedule):
             "exploitability": self.exploitability,
             "elapsed_s": self.elapsed(),
             "rng": self.rng.bit_generator.state,
-            "ledgers": {g: ledger.state() for g, ledger in self.ledgers.items()},
+            "ledger": None if self.ledger is None else self.ledger.state(),
         }
         return {"psro": json.dumps(plain), "payoffs": self.payoffs.state_dict()}
 
@@ -484,9 +487,9 @@ class PSRO(Schedule):
         self.elapsed_before, self.started = float(plain["elapsed_s"]), time.monotonic()
         self.rng.bit_generator.state = plain["rng"]
         self.payoffs = PayoffTable.from_state(tree["payoffs"])
-        self.ledgers = self.new_ledgers()
-        for group, books in plain.get("ledgers", {}).items():
-            self.ledgers[group].load_state(books)
+        self.ledger = self.new_ledger()
+        if self.ledger is not None and plain.get("ledger"):
+            self.ledger.load_state(plain["ledger"])
 
 
 def single_key(member: dict[str, str]) -> str:
