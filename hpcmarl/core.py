@@ -150,11 +150,13 @@ class Role:
         """Restore what `state()` saved; message counters restart, the peers are new."""
 
     def ask_for_task(self) -> bool:
-        """Ask the commander for work, once: the request stays queued there until granted."""
+        """Ask the commander for work, once: the request stays queued there until granted. It
+        carries the bulk messages sent so far, as task reports do: a learner's start-up push is
+        sent before any task, and a checkpoint cut must wait for it too."""
         if self.asked:
             return False
         self.asked = True
-        self.send("task_request", "commander")
+        self.send("task_request", "commander", {"sent_bulk": dict(self.sent_bulk)})
         return True
 
     def report_stats(self, interval_s: float = 1.0) -> bool:

@@ -2,10 +2,11 @@
 
 1. Quiesce: no new tasks; replay shards drain (insert and sample without the ratio) so that
    running collector and learner tasks can finish.
-2. Cut: once no task runs, every stateful role is asked for its state, with the number of bulk
-   messages (batches, priorities, weight pushes) each producer sent it before the cut; a role
-   snapshots its state only after receiving exactly those, so nothing in flight is left out,
-   and says so (`snapshotted`, with the bytes it will write). The commander's own state is
+2. Cut: once no task runs and every learner has asked for its first task (which counts the
+   weights it pushed at start-up), every stateful role is asked for its state, with the number
+   of bulk messages (batches, priorities, weight pushes) each producer sent it before the cut;
+   a role snapshots its state only after receiving exactly those, so nothing in flight is left
+   out, and says so (`snapshotted`, with the bytes it will write). The commander's own state is
    taken at the same moment.
 3. Write: every role writes its snapshot on a thread while its loop goes on, and work resumes
    as soon as every role has snapshotted: collectors collect and learners learn while a replay
@@ -129,7 +130,7 @@ class CheckpointCoordinator:
             return False
         self.check_timeout(cut)
         if not cut.requested:
-            if self.commander.running:
+            if self.commander.running or self.commander.starting_learners:
                 return False
             self.request_states(cut)
             return True
@@ -234,7 +235,7 @@ class CheckpointCoordinator:
             silent = (
                 sorted(cut.cutting or cut.writing)
                 if cut.requested
-                else sorted(set(self.commander.running.values()))
+                else sorted(set(self.commander.running.values()) | self.commander.starting_learners)
             )
             raise RuntimeError(
                 f"checkpoint {cut.id} not finished after {limit:g} s "

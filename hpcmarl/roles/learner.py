@@ -163,8 +163,8 @@ class Learner(Role):
         if any(t.sync is not None for t in trainers):
             return False
         self.started = True
-        # Version 0: never published, in a fresh run or in a checkpoint cut before the first
-        # push (a warning during start-up); a resumed server holds every later version.
+        # Version 0: never published (a fresh run). A resumed server holds every version a
+        # learner's file holds: a cut waits for this push (the commander's starting_learners).
         for trainer in trainers:
             if trainer.version == 0:
                 self.publish(trainer)
