@@ -58,10 +58,6 @@ class Commander(Role):
         self.waiting_collectors: deque[str] = deque()
         self.waiting_learners: set[str] = set()
         self.running: dict[str, str] = {}
-        self.starting_learners: set[str] = set(self.learners)
-        """Learners not heard from since start-up, whose first push of their groups' weights
-        (sent before any task) the commander cannot count yet: a checkpoint cut waits for their
-        first task request, or a server's file could miss a version a learner's file holds."""
         self.stats = RunStats(cfg.commander, offline=bool(cfg.offline.dataset))
         self.last_progress = time.monotonic()
         self.phase = "running"
@@ -139,7 +135,6 @@ class Commander(Role):
     # -- messages -------------------------------------------------------------------------
     def handle_task_request(self, msg: Message) -> None:
         self.checkpoints.note_sent(msg.src, msg.meta.get("sent_bulk", {}))
-        self.starting_learners.discard(msg.src)
         if self.topology.kind_of[msg.src] == "collector":
             self.waiting_collectors.append(msg.src)
         else:

@@ -98,6 +98,12 @@ class CheckpointCoordinator:
         """A task report's cumulative count of bulk messages per destination."""
         self.sent_bulk[role] = dict(sent_bulk)
 
+    def starting_learners(self) -> set[str]:
+        """Learners that have reported no bulk count yet: their start-up push of their groups'
+        weights (sent before any task) is counted by their first task request, and a cut taken
+        before it could leave a server's file without a version a learner's file holds."""
+        return set(self.commander.learners) - set(self.sent_bulk)
+
     def due(self, updates: int) -> bool:
         cfg = self.commander.cfg.checkpoint
         if self.cut is not None:
@@ -130,7 +136,7 @@ class CheckpointCoordinator:
             return False
         self.check_timeout(cut)
         if not cut.requested:
-            if self.commander.running or self.commander.starting_learners:
+            if self.commander.running or self.starting_learners():
                 return False
             self.request_states(cut)
             return True
@@ -235,7 +241,7 @@ class CheckpointCoordinator:
             silent = (
                 sorted(cut.cutting or cut.writing)
                 if cut.requested
-                else sorted(set(self.commander.running.values()) | self.commander.starting_learners)
+                else sorted(set(self.commander.running.values()) | self.starting_learners())
             )
             raise RuntimeError(
                 f"checkpoint {cut.id} not finished after {limit:g} s "

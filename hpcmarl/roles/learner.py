@@ -164,7 +164,7 @@ class Learner(Role):
             return False
         self.started = True
         # Version 0: never published (a fresh run). A resumed server holds every version a
-        # learner's file holds: a cut waits for this push (the commander's starting_learners).
+        # learner's file holds: a cut waits for this push (CheckpointCoordinator.starting_learners).
         for trainer in trainers:
             if trainer.version == 0:
                 self.publish(trainer)
