@@ -4,9 +4,10 @@
 `raise` (the default) a RuntimeError, or `exit` the process at once with code 17. Tests use it
 to prove that any role's failure ends the whole job quickly instead of hanging it.
 
-`HPCMARL_FAULT_WRITE_DELAY=<role kind or name>:<seconds>` makes that role's checkpoint writer
-wait before it writes, as a slow filesystem would: tests use it to see the role's loop (and the
-run's work) go on while its file is written.
+`HPCMARL_FAULT_WRITE_DELAY=<role kind or name>:<seconds>[:<writes>]` makes that role's checkpoint
+writer wait before it writes, as a slow filesystem would: tests use it to see the role's loop
+(and the run's work) go on while its file is written. With `<writes>`, only the role's first
+that many checkpoints are slow, so a test pays the delay once rather than at every checkpoint.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 from typing import Any
 
 _spec: tuple[str, int, str] | None | bool = False
+_delayed_writes: dict[str, int] = {}
 
 
 def _parse() -> tuple[str, int, str] | None:
@@ -27,10 +29,17 @@ def _parse() -> tuple[str, int, str] | None:
 
 
 def write_delay(role_kind: str, role_name: str) -> float:
-    """Seconds the role's checkpoint writer waits before writing (0 unless a test asks)."""
+    """Seconds the role's checkpoint writer waits before writing (0 unless a test asks); each
+    call is one checkpoint of the role."""
     raw = os.environ.get("HPCMARL_FAULT_WRITE_DELAY", "")
-    target, _, seconds = raw.partition(":")
-    return float(seconds) if raw and target in (role_kind, role_name) else 0.0
+    if not raw:
+        return 0.0
+    target, seconds, *writes = raw.split(":")
+    delayed = _delayed_writes.get(role_name, 0)
+    if target not in (role_kind, role_name) or (writes and delayed >= int(writes[0])):
+        return 0.0
+    _delayed_writes[role_name] = delayed + 1
+    return float(seconds)
 
 
 def maybe_inject(role: Any) -> None:

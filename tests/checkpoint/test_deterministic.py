@@ -83,7 +83,7 @@ next frame (`replay.compact_items`)."""
 @pytest.mark.mpi
 @pytest.mark.parametrize(
     ("job", "updates"),
-    [(JOB, 800), (MAPPO, 24), (QMIX, 60), (R2D2, 60), (STACKED, 400), (COMPACT_SEQUENCES, 60)],
+    [(JOB, 400), (MAPPO, 24), (QMIX, 60), (R2D2, 60), (STACKED, 400), (COMPACT_SEQUENCES, 60)],
     ids=["dqn", "mappo", "qmix", "r2d2", "stacked", "compact-sequences"],
 )
 def test_a_resumed_run_equals_an_uninterrupted_one(

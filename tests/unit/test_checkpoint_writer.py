@@ -159,3 +159,18 @@ def test_the_start_up_names_a_slurm_warning_too_short_for_a_checkpoint(
     assert line.startswith("hpcmarl: warning: Slurm warns 5 s before the time limit")
     assert "MB/s measured in the run directory" in line and "--signal=B:USR1@" in line
     assert start_up("120", tmp_path / "enough") == []
+
+
+def test_a_write_delay_with_a_count_slows_only_that_many_checkpoints_of_each_role(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hpcmarl.testing import faults
+
+    monkeypatch.setattr(faults, "_delayed_writes", {})
+    monkeypatch.setenv("HPCMARL_FAULT_WRITE_DELAY", "replay_shard:2.5:1")
+    assert faults.write_delay("replay_shard", "replay0") == 2.5
+    assert faults.write_delay("replay_shard", "replay1") == 2.5  # its own first checkpoint
+    assert faults.write_delay("replay_shard", "replay0") == 0.0
+    assert faults.write_delay("learner", "learner0") == 0.0
+    monkeypatch.setenv("HPCMARL_FAULT_WRITE_DELAY", "replay0:1.5")
+    assert [faults.write_delay("replay_shard", "replay0") for _ in range(3)] == [1.5] * 3
