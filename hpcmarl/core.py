@@ -90,6 +90,11 @@ class Role:
     def note_message(self, msg: Message) -> None:
         """Called for every message received, before its handler."""
 
+    def in_flight(self) -> bool:
+        """Something only polling finishes is under way (a collective, a checkpoint written on
+        a thread): the rank must keep polling instead of waiting for a peer's message."""
+        return self.checkpoint_request is not None or self.checkpoint_writer is not None
+
     def heartbeat(self) -> None:
         """Tell the commander this role is alive, every `heartbeat_interval_s`."""
         now = time.monotonic()

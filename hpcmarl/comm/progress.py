@@ -7,22 +7,43 @@ backoff doubles its sleep while nothing happens and resets the moment something 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .doorbell import Doorbell
 
 
 class Backoff:
-    """Sleep min_s, 2*min_s, 4*min_s ... up to max_s while idle; `reset()` on progress."""
+    """Sleep min_s, 2*min_s, 4*min_s ... up to max_s while idle; `reset()` on progress.
 
-    def __init__(self, min_s: float = 5e-5, max_s: float = 2e-3) -> None:
+    With a doorbell (doorbell.py) every sleep ends early when a peer's message rings, and once
+    the polls have backed off to `max_s` an idle rank that may (`sleep(may_wait=True)`) waits
+    up to `wait_s` for a ring instead of waking every `max_s` to poll."""
+
+    def __init__(
+        self,
+        min_s: float = 5e-5,
+        max_s: float = 2e-3,
+        doorbell: Doorbell | None = None,
+        wait_s: float = 0.0,
+    ) -> None:
         self.min_s = min_s
         self.max_s = max_s
+        self.doorbell = doorbell
+        self.wait_s = max(wait_s, max_s)
         self._next = min_s
 
     def reset(self) -> None:
         self._next = self.min_s
 
-    def sleep(self) -> None:
-        time.sleep(self._next)
+    def sleep(self, may_wait: bool = False) -> None:
+        if self.doorbell is None:
+            time.sleep(self._next)
+        else:
+            backed_off = self._next >= self.max_s
+            if self.doorbell.wait(self.wait_s if may_wait and backed_off else self._next):
+                self.reset()  # a message is here or on its way: poll closely for a while
+                return
         self._next = min(self._next * 2.0, self.max_s)
 
 
@@ -43,16 +64,23 @@ class RequestPool:
     """Owns outstanding nonblocking sends and the buffers they read from.
 
     A buffer handed to `Isend` must live, unmodified, until its request completes; keeping the
-    buffer next to its request here is what guarantees that.
+    buffer next to its request here is what guarantees that. A request may name the rank it
+    goes to: `test` then collects it in `arrived`, for the transport to ring that rank's
+    doorbell once more (a send that completes late, say to a peer not yet connected, may reach
+    the peer after the ring made when it was posted).
     """
 
     def __init__(self) -> None:
         self._requests: list[Any] = []
         self._keepalive: list[Any] = []
+        self._dests: list[int | None] = []
+        self.arrived: set[int] = set()
+        """Ranks that sends named since the caller last cleared this."""
 
-    def add(self, request: Any, keepalive: Any) -> None:
+    def add(self, request: Any, keepalive: Any, dest: int | None = None) -> None:
         self._requests.append(request)
         self._keepalive.append(keepalive)
+        self._dests.append(dest)
 
     def __len__(self) -> int:
         return len(self._requests)
@@ -65,8 +93,10 @@ class RequestPool:
         if not done:
             return 0
         finished = set(done)
+        self.arrived.update(d for i in finished if (d := self._dests[i]) is not None)
         self._requests = [r for i, r in enumerate(self._requests) if i not in finished]
         self._keepalive = [k for i, k in enumerate(self._keepalive) if i not in finished]
+        self._dests = [d for i, d in enumerate(self._dests) if i not in finished]
         return len(finished)
 
     def drain(self, timeout_s: float, on_idle: Any = None) -> bool:

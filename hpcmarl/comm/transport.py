@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .doorbell import Doorbell
 from .packing import PackedBatch, pack, spec_of, views
 from .progress import RequestPool
 from .protocol import Message
@@ -134,7 +135,9 @@ class _Incoming:
 class MpiTransport(LocalTransport):
     """Nonblocking MPI between ranks, in-memory delivery within a rank."""
 
-    def __init__(self, rank_of: dict[str, int], comm: Any) -> None:
+    def __init__(
+        self, rank_of: dict[str, int], comm: Any, doorbell: Doorbell | None = None
+    ) -> None:
         super().__init__(rank_of, comm.Get_rank())
         from mpi4py import MPI
 
@@ -145,16 +148,21 @@ class MpiTransport(LocalTransport):
         self.chunk = chunk_bytes()
         self.buffers = BufferPool()
         self.status = MPI.Status()
+        self.doorbell = doorbell
+        """Rung at the destination after every send, so an idle peer wakes (doorbell.py)."""
 
     def send(self, msg: Message) -> None:
         dest = self.rank_of[msg.dst]
         if dest == self.rank:
             self._deliver(msg)
-        elif msg.arrays is None:
+            return
+        if msg.arrays is None:
             header = (msg.kind, msg.src, msg.dst, msg.meta, None)
-            self.sends.add(self.comm.isend(header, dest, CONTROL_TAG), None)
+            self.sends.add(self.comm.isend(header, dest, CONTROL_TAG), None, dest)
         else:
             self._send_bulk(msg, dest)
+        if self.doorbell is not None:
+            self.doorbell.ring(dest)
 
     def _send_bulk(self, msg: Message, dest: int) -> None:
         """One raw message when the columns are (or are cheaply made) one packed buffer."""
@@ -171,7 +179,7 @@ class MpiTransport(LocalTransport):
         else:
             body, parts = ("columns", spec_of(arrays)), list(arrays.values())
         header = (msg.kind, msg.src, msg.dst, msg.meta, body)
-        self.sends.add(self.comm.isend(header, dest, CONTROL_TAG), None)
+        self.sends.add(self.comm.isend(header, dest, CONTROL_TAG), None, dest)
         for part in parts:
             raw = part.reshape(-1).view(np.uint8)
             for start, stop in byte_chunks(raw.nbytes, self.chunk):
@@ -179,6 +187,11 @@ class MpiTransport(LocalTransport):
 
     def poll(self) -> bool:
         progressed = self.sends.test() > 0
+        if self.sends.arrived:
+            if self.doorbell is not None:
+                for dest in self.sends.arrived:
+                    self.doorbell.ring(dest)
+            self.sends.arrived.clear()
         progressed = self._receive_headers() or progressed
         return self._deliver_completed() or progressed
 

@@ -206,6 +206,7 @@ RULES: dict[str, Rule] = {
     "runtime.heartbeat_timeout_s": above(0),
     "runtime.torch_threads": at_least(1),
     "runtime.idle_sleep_max_s": at_least(0),
+    "runtime.idle_wait_s": at_least(0),
     "runtime.shutdown_timeout_s": above(0),
     "psro.iterations": at_least(0),
     "psro.steps_per_iteration": at_least(1),

@@ -276,6 +276,9 @@ class RuntimeConfig:
     """Torch threads per rank (16 ranks often share a few cores)."""
     idle_sleep_max_s: float = 0.002
     """Longest sleep of an idle rank's backoff."""
+    idle_wait_s: float = 0.05
+    """Longest wait of an idle rank for a message from a peer on its host, which wakes it
+    (a doorbell) instead of the rank polling every `idle_sleep_max_s`; 0 turns this off."""
     shutdown_timeout_s: float = 20.0
     """Seconds the commander waits for roles to acknowledge stop before aborting."""
     heartbeat_interval_s: float = 2.0

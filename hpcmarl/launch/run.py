@@ -15,6 +15,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from ..comm.doorbell import make_doorbell
 from ..comm.placement import learner_device
 from ..comm.progress import Backoff
 from ..comm.transport import LocalTransport, MpiTransport
@@ -132,7 +133,7 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
     building = True
     try:
         configure_process(plan.cfg, rank)
-        transport, group_comm = make_transport(plan.topology, comm)
+        transport, group_comm = make_transport(plan.topology, comm, plan.cfg.runtime.idle_wait_s)
         roles = build_roles(plan.cfg, plan.spec, plan.topology, transport, group_comm, plan.run_dir)
         if rank == 0:
             print(plan.topology.format(), flush=True)
@@ -166,21 +167,26 @@ def configure_process(cfg: JobConfig, rank: int) -> None:
     signals.install()
 
 
-def make_transport(topology: Topology, comm: Any) -> tuple[LocalTransport, Any]:
+def make_transport(topology: Topology, comm: Any, idle_wait_s: float) -> tuple[LocalTransport, Any]:
     if comm is None:
         return LocalTransport(topology.rank_of, 0), None
     from mpi4py import MPI
 
     color = topology.group_color(comm.Get_rank())
     group_comm = comm.Split(MPI.UNDEFINED if color is None else color, comm.Get_rank())
-    return MpiTransport(topology.rank_of, comm), group_comm
+    doorbell = make_doorbell(comm, idle_wait_s)
+    return MpiTransport(topology.rank_of, comm, doorbell), group_comm
 
 
 def poll_until_finished(
     roles: list[Role], transport: LocalTransport, cfg: JobConfig, current: list[Role | None]
 ) -> None:
-    """The rank's loop: poll every live role; sleep a little when none made progress."""
-    backoff = Backoff(max_s=cfg.runtime.idle_sleep_max_s)
+    """The rank's loop: poll every live role; sleep a little when none made progress, and
+    wait for a peer's message (doorbell.py) when nothing in flight needs polling."""
+    doorbell = getattr(transport, "doorbell", None)
+    backoff = Backoff(
+        max_s=cfg.runtime.idle_sleep_max_s, doorbell=doorbell, wait_s=cfg.runtime.idle_wait_s
+    )
     for role in roles:
         current[0] = role
         role.start()
@@ -195,7 +201,8 @@ def poll_until_finished(
         if progressed:
             backoff.reset()
         else:
-            backoff.sleep()
+            in_flight = transport.outstanding() > 0 or any(role.in_flight() for role in roles)
+            backoff.sleep(may_wait=not in_flight)
 
 
 def close_roles(roles: list[Role]) -> None:

@@ -149,6 +149,13 @@ class Learner(Role):
             progressed = True
         return progressed
 
+    def in_flight(self) -> bool:
+        collectives = any(
+            t.handle is not None or t.sync is not None or t.drift is not None
+            for t in self.trainers.values()
+        )
+        return collectives or super().in_flight()
+
     def start_up(self) -> bool:
         """Take the group root's weights (a resume has loaded its own by now), then push them."""
         trainers = self.trainers.values()

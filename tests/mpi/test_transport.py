@@ -6,28 +6,35 @@ import pytest
 
 from .conftest import ROOT, run_mpi
 
-SCRIPT = str(ROOT / "tests" / "mpi" / "scripts" / "transport_roundtrip.py")
+SCRIPTS = ROOT / "tests" / "mpi" / "scripts"
 
 
-@pytest.mark.mpi
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_round_trip_is_byte_equal_and_ordered(ranks: int) -> None:
-    result = run_mpi(ranks, [SCRIPT], timeout=120)
+def assert_every_rank_ok(script: str, ranks: int, timeout: float, env: dict | None = None) -> None:
+    """Run `tests/mpi/scripts/SCRIPT` on `ranks` ranks: each must print "rank R: ok"."""
+    result = run_mpi(ranks, [str(SCRIPTS / script)], timeout=timeout, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count(": ok") == ranks
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_round_trip_is_byte_equal_and_ordered(ranks: int) -> None:
+    assert_every_rank_ok("transport_roundtrip.py", ranks, timeout=120)
+
+
+@pytest.mark.mpi
 def test_huge_arrays_travel_in_chunks() -> None:
     # A lowered chunk size makes the 3 MB array travel in many pieces, as > 2 GiB ones would.
-    result = run_mpi(2, [SCRIPT], timeout=120, env={"HPCMARL_CHUNK_BYTES": "65536"})
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count(": ok") == 2
+    env = {"HPCMARL_CHUNK_BYTES": "65536"}
+    assert_every_rank_ok("transport_roundtrip.py", 2, timeout=120, env=env)
 
 
 @pytest.mark.mpi
 def test_refilled_staging_never_corrupts_messages_in_flight() -> None:
-    script = str(ROOT / "tests" / "mpi" / "scripts" / "staging_digests.py")
-    result = run_mpi(2, [script], timeout=180)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count(": ok") == 2
+    assert_every_rank_ok("staging_digests.py", 2, timeout=180)
+
+
+@pytest.mark.mpi
+def test_an_idle_rank_wakes_on_its_doorbell_not_its_timeout() -> None:
+    # Each waiting rank may sleep a minute; the ring of rank 0's messages must end the wait.
+    assert_every_rank_ok("doorbell_wakeup.py", 3, timeout=150)

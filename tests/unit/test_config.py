@@ -327,6 +327,7 @@ BAD_VALUES = {
     "runtime.heartbeat_timeout_s": -1.0,
     "runtime.torch_threads": 0,
     "runtime.idle_sleep_max_s": -1,
+    "runtime.idle_wait_s": -0.5,
     "runtime.shutdown_timeout_s": 0,
     "psro.iterations": -1,
     "psro.steps_per_iteration": 0,
