@@ -8,7 +8,14 @@ env steps/s and learner updates/s. In the same run it measures the two baselines
 - the random policy's team return (uniform actions, the same environment settings);
 - a bare loop of the same environment and the same policy network (sampling its softmax), one
   process per core for a few seconds: the machine's env steps/s without any of hpcmarl, which
-  the on-policy jobs' throughput is divided by (`*_throughput_ratio`).
+  the on-policy jobs' throughput is divided by (`*_throughput_ratio`);
+- for the on-policy jobs, the CPU one update costs per env step it trains on (the job's own
+  algorithm on a batch of its item spec, one torch thread, as `bench_update.py` times it). With
+  the bare loop's CPU per env step it gives the most env steps/s any schedule could make on
+  these cores while also training on every step: cores / (cores / bare + update per env step).
+  The job's rate over it is `*_ceiling_ratio`, the share that hpcmarl's own costs leave (MPI,
+  roles, scheduling on an oversubscribed node); the throughput ratio can never pass the
+  ceiling's own ratio to the bare loop (`*_ceiling_vs_bare_ratio`).
 
     .venv/bin/python tools/bench_marl.py [--ranks 4 16] [--algos mappo ippo iql vdn qmix]
                                          [--budget 2000000] [--iql-budget 300000]
@@ -46,6 +53,7 @@ JOBS = {
     "vdn": "jobs/spread_vdn.yaml",
     "qmix": "jobs/spread_qmix.yaml",
 }
+ON_POLICY = ("mappo", "ippo")
 SPREAD = {"N": 3, "max_cycles": 25, "local_ratio": 0.5, "continuous_actions": False}
 
 
@@ -105,6 +113,20 @@ def bare_rate(seconds: float, loop: Callable[..., None] = _bare_loop, *args: Any
     for p in procs:
         p.join()
     return float(sum(rates))
+
+
+def update_seconds_per_env_step(algo: str, updates: int = 10) -> float:
+    """CPU seconds (one torch thread) one on-policy update costs per env step it trains on."""
+    import torch
+    from bench_update import seconds_per_update
+
+    from hpcmarl.config.loader import load_job
+
+    torch.set_num_threads(1)
+    job = str(ROOT / JOBS[algo])
+    cfg = load_job(job)
+    env_steps = cfg.learner.ppo.batch_fragments * cfg.collector.fragment_length
+    return seconds_per_update(job, "cpu", updates) / env_steps
 
 
 def cores() -> int:
@@ -179,8 +201,20 @@ def main() -> None:
         "random_team_return": round(random_mean, 2),
         "bare_env_steps_per_s": round(bare, 1),
     }
+    ceilings: dict[str, float] = {}
+    for algo in (a for a in args.algos if a in ON_POLICY):
+        update = update_seconds_per_env_step(algo)
+        ceilings[algo] = cores() / (cores() / bare + update)
+        print(
+            f"{algo} update: {update * 1e6:.0f} us of one thread per env step; ceiling of env "
+            f"+ actor + update on {cores()} cores: {ceilings[algo]:,.0f} env steps/s "
+            f"({ceilings[algo] / bare:.2f} of the bare loop)"
+        )
+        figures[f"{algo}_update_us_per_env_step"] = round(update * 1e6, 1)
+        figures[f"{algo}_ceiling_env_steps_per_s"] = round(ceilings[algo], 1)
+        figures[f"{algo}_ceiling_vs_bare_ratio"] = round(ceilings[algo] / bare, 3)
     header = f"{'algo':<6} {'ranks':>5} {'steps':>9} {'train s':>8} {'final eval':>10}"
-    print(header + f" {'best':>7} {'steps/s':>8} {'updates/s':>9} {'vs bare':>7}")
+    print(header + f" {'best':>7} {'steps/s':>8} {'updates/s':>9} {'vs bare':>7} {'vs ceil':>7}")
     runs = []
     with tempfile.TemporaryDirectory(prefix="hpcmarl-bench-marl-") as tmp:
         for ranks in args.ranks:
@@ -189,12 +223,14 @@ def main() -> None:
                 budget = budget.get(algo, args.budget)
                 run = one_run(algo, ranks, budget, args.seed, Path(tmp) / f"{algo}-{ranks}")
                 runs.append(run)
-                ratio = (run["env_steps_per_s"] or 0.0) / bare
+                rate = run["env_steps_per_s"] or 0.0
+                ratio = rate / bare
+                vs_ceiling = f"{rate / ceilings[algo]:.2f}" if algo in ceilings else "-"
                 print(
                     f"{algo:<6} {ranks:>5} {run['env_steps'] or 0:>9,} {run['train_s'] or 0:>8}"
                     f" {run['final_eval']!s:>10} {run['best_eval']!s:>7}"
                     f" {run['env_steps_per_s']!s:>8} {run['updates_per_s']!s:>9} {ratio:>7.2f}"
-                    + ("" if run["ok"] else "  (job failed)"),
+                    f" {vs_ceiling:>7}" + ("" if run["ok"] else "  (job failed)"),
                     flush=True,
                 )
                 name = f"{algo}_n{ranks}"
@@ -204,6 +240,8 @@ def main() -> None:
                 figures[f"{name}_env_steps_per_s"] = run["env_steps_per_s"]
                 figures[f"{name}_updates_per_s"] = run["updates_per_s"]
                 figures[f"{name}_throughput_ratio"] = round(ratio, 3)
+                if algo in ceilings:
+                    figures[f"{name}_ceiling_ratio"] = round(rate / ceilings[algo], 3)
     print("\neval team return by env steps (and seconds):")
     for run in runs:
         points = ", ".join(f"{s // 1000}k/{t:.0f}s {r:.1f}" for s, t, r in run["curve"][::3])
