@@ -95,18 +95,17 @@ class Doorbell:
 
 
 def make_doorbell(comm: Any, idle_wait_s: float) -> Doorbell | None:
-    """This rank's bell when the whole world shares one host and every rank can ring every
-    other, else None on every rank (collective: every rank calls it). `idle_wait_s` of 0 turns
-    doorbells off. Ranks that share a host name but not a network namespace (containers)
-    cannot reach each other's abstract sockets: a test ring to every peer finds that out, and
-    the world polls instead of waiting for rings that never come."""
-    hosts = comm.allgather(socket.gethostname())
+    """This rank's bell when every rank can ring every other, else None on every rank
+    (collective: every rank calls it, with the same `idle_wait_s`). The caller passes 0, which
+    turns doorbells off, for a world that spans several hosts. Ranks that share a host but not
+    a network namespace (containers) cannot reach each other's abstract sockets: a test ring
+    to every peer finds that out, and the world polls instead of waiting for rings that never
+    come."""
     token = comm.bcast(secrets.token_hex(8) if comm.Get_rank() == 0 else None, root=0)
-    wanted = idle_wait_s > 0 and supported() and len(set(hosts)) == 1
     bell: Doorbell | None = None
-    if wanted:
+    if idle_wait_s > 0 and supported():
         with contextlib.suppress(OSError):
-            bell = Doorbell(token, comm.Get_rank(), list(range(len(hosts))))
+            bell = Doorbell(token, comm.Get_rank(), list(range(comm.Get_size())))
     every_bell = comm.allreduce(int(bell is not None), op=_min())
     reached = bell is not None and every_bell and bell.reaches_every_peer()
     if bell is None or not comm.allreduce(int(reached), op=_min()):

@@ -85,6 +85,9 @@ class LocalTransport:
     def __init__(self, rank_of: dict[str, int], rank: int = 0) -> None:
         self.rank_of = rank_of
         self.rank = rank
+        self.doorbell: Doorbell | None = None
+        """Rung at the destination after every send to another rank, so an idle peer wakes
+        (doorbell.py); one process has no peers to ring."""
         self.inboxes: dict[str, deque[Message]] = {}
         self.dropped = 0
 
@@ -149,7 +152,6 @@ class MpiTransport(LocalTransport):
         self.buffers = BufferPool()
         self.status = MPI.Status()
         self.doorbell = doorbell
-        """Rung at the destination after every send, so an idle peer wakes (doorbell.py)."""
 
     def send(self, msg: Message) -> None:
         dest = self.rank_of[msg.dst]

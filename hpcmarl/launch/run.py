@@ -60,6 +60,8 @@ class Plan:
     topology: Topology
     run_dir: str
     resume_id: str | None = None
+    one_host: bool = True
+    """Every rank runs on the same host (so peers can ring each other's doorbells)."""
 
 
 def run_job(job_path: str | None, overrides: list[str]) -> int:
@@ -76,7 +78,7 @@ def run_job(job_path: str | None, overrides: list[str]) -> int:
             if rank == 0:
                 print(f"hpcmarl: error: {outcome[1]}", file=sys.stderr, flush=True)
             return UserError.exit_code
-        plan = expand_plan(outcome[1], len(nodes))
+        plan = expand_plan(outcome[1], nodes)
     except Exception as err:  # noqa: BLE001 - a rank that fails before the loop ends the world
         fail_rank(rank, None, err, "runs", comm)
         return 1
@@ -119,11 +121,12 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
     return ("ok", (job_to_dict(cfg), spec, run_dir, resume_id))
 
 
-def expand_plan(payload: tuple, world_size: int) -> Plan:
+def expand_plan(payload: tuple, nodes: list[Node]) -> Plan:
     cfg_dict, spec, run_dir, resume_id = payload
     cfg = job_from_dict(cfg_dict)
-    topology = build_topology(world_size, cfg.topology, spec.training_groups())
-    return Plan(cfg, spec, topology, run_dir, resume_id)
+    topology = build_topology(len(nodes), cfg.topology, spec.training_groups())
+    one_host = len({host for host, _ in nodes}) == 1
+    return Plan(cfg, spec, topology, run_dir, resume_id, one_host)
 
 
 def run_rank(plan: Plan, comm: Any, rank: int) -> int:
@@ -133,7 +136,7 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
     building = True
     try:
         configure_process(plan.cfg, rank)
-        transport, group_comm = make_transport(plan.topology, comm, plan.cfg.runtime.idle_wait_s)
+        transport, group_comm = make_transport(plan, comm)
         roles = build_roles(plan.cfg, plan.spec, plan.topology, transport, group_comm, plan.run_dir)
         if rank == 0:
             print(plan.topology.format(), flush=True)
@@ -167,15 +170,16 @@ def configure_process(cfg: JobConfig, rank: int) -> None:
     signals.install()
 
 
-def make_transport(topology: Topology, comm: Any, idle_wait_s: float) -> tuple[LocalTransport, Any]:
+def make_transport(plan: Plan, comm: Any) -> tuple[LocalTransport, Any]:
+    topology = plan.topology
     if comm is None:
         return LocalTransport(topology.rank_of, 0), None
     from mpi4py import MPI
 
     color = topology.group_color(comm.Get_rank())
     group_comm = comm.Split(MPI.UNDEFINED if color is None else color, comm.Get_rank())
-    doorbell = make_doorbell(comm, idle_wait_s)
-    return MpiTransport(topology.rank_of, comm, doorbell), group_comm
+    wait_s = plan.cfg.runtime.idle_wait_s if plan.one_host else 0.0
+    return MpiTransport(topology.rank_of, comm, make_doorbell(comm, wait_s)), group_comm
 
 
 def poll_until_finished(
@@ -183,9 +187,10 @@ def poll_until_finished(
 ) -> None:
     """The rank's loop: poll every live role; sleep a little when none made progress, and
     wait for a peer's message (doorbell.py) when nothing in flight needs polling."""
-    doorbell = getattr(transport, "doorbell", None)
     backoff = Backoff(
-        max_s=cfg.runtime.idle_sleep_max_s, doorbell=doorbell, wait_s=cfg.runtime.idle_wait_s
+        max_s=cfg.runtime.idle_sleep_max_s,
+        doorbell=transport.doorbell,
+        wait_s=cfg.runtime.idle_wait_s,
     )
     for role in roles:
         current[0] = role
