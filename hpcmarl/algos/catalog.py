@@ -54,6 +54,10 @@ class PPOConfig:
     critic_agent_id: bool = True
     """Append a one-hot agent index to the critic's input, so a shared critic can tell agents
     with different rewards apart."""
+    critic_heads: bool = False
+    """With the central critic: one pass per env step on the global state, with a value head
+    per agent, in place of one pass per agent with its one-hot index (`critic_agent_id`). The
+    same inputs, so the same values can be learned, at 1/agents of the critic's compute."""
     batch_fragments: int = 32
     """Fragments (collector.fragment_length steps of one env copy, every agent of the group)
     per update, over all learners of the group; env steps per update = this x fragment_length."""

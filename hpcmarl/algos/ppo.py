@@ -117,12 +117,20 @@ class PPO(NetworkAlgorithm):
             ids = len(self.group.agents_of(policy)) if self.cfg.ppo.actor_agent_id else 0
             net = mlp(obs_dim + ids, hidden, n_actions, act)
             nets[f"actor.{policy}"] = orthogonal_init(net, HIDDEN_GAIN, POLICY_GAIN)
-        critic = mlp(self.critic_width(), hidden, 1, act)
+        outputs = len(self.group.agents) if self.heads else 1
+        critic = mlp(self.critic_width(), hidden, outputs, act)
         nets["critic"] = orthogonal_init(critic, HIDDEN_GAIN, 1.0)
         return nets
 
+    @property
+    def heads(self) -> bool:
+        """One critic pass per env step, a value head per agent (`critic_heads`)."""
+        return self.cfg.ppo.critic == "central" and self.cfg.ppo.critic_heads
+
     def critic_width(self) -> int:
         ppo, g = self.cfg.ppo, self.group
+        if self.heads:
+            return g.state_dim
         width = g.state_dim if ppo.critic == "central" else g.dims(g.policies[0])[0]
         return width + (len(g.agents) if ppo.critic_agent_id else 0)
 
@@ -139,7 +147,7 @@ class PPO(NetworkAlgorithm):
         stats: list[dict[str, float]] = []
         count = len(data["returns"])
         for _ in range(self.ppo.epochs):
-            for rows in np.array_split(self.rng.permutation(count), self.ppo.minibatches):
+            for rows in self.minibatch_rows(data):
                 flat_grad, row = self.minibatch_gradient(data, rows)
                 self.apply_gradients((yield flat_grad))
                 stats.append(row | {"grad_norm": self.grad_norm})
@@ -150,6 +158,16 @@ class PPO(NetworkAlgorithm):
             "explained_variance": explained_variance(data["values"], data["returns"]),
         }
         return UpdateResult(summary)
+
+    def minibatch_rows(self, data: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """One epoch's minibatches of active rows, shuffled: of single rows, or, with critic
+        heads, of whole env steps (every active agent of a step in the same minibatch, so the
+        critic runs once per step)."""
+        if not self.heads:
+            order = self.rng.permutation(len(data["returns"]))
+            return np.array_split(order, self.ppo.minibatches)
+        steps = np.array_split(self.rng.permutation(len(data["state"])), self.ppo.minibatches)
+        return [np.flatnonzero(np.isin(data["step_of_row"], chosen)) for chosen in steps]
 
     def prepare(self, batch: Batch) -> dict[str, np.ndarray]:
         """Values, advantages and targets of every step, then the active steps flattened."""
@@ -168,12 +186,10 @@ class PPO(NetworkAlgorithm):
         active = batch["active"].reshape(-1)
         n_items, steps, agents = batch["actions"].shape
         agent_index = np.broadcast_to(np.arange(agents), (n_items, steps, agents)).reshape(-1)
-        critic_in = self.critic_inputs(batch, "state", "observations")
         flat = {
             "observations": rows(self.actor_inputs(batch["observations"])),
             "actions": batch["actions"].reshape(-1),
             "log_probs": batch["log_probs"].reshape(-1),
-            "critic_in": rows(critic_in),
             "agent": agent_index,
             "advantages": advantages.reshape(-1),
             "values": values.reshape(-1),
@@ -181,7 +197,13 @@ class PPO(NetworkAlgorithm):
         }
         if "action_masks" in batch:
             flat["action_masks"] = rows(batch["action_masks"])
+        if self.heads:
+            flat["step_of_row"] = np.arange(n_items * steps * agents) // agents
+        else:
+            flat["critic_in"] = rows(self.critic_inputs(batch, "state", "observations"))
         data = {k: v[active] for k, v in flat.items()}
+        if self.heads:
+            data["state"] = rows(batch["state"]).astype(np.float32)
         if self.ppo.normalize_advantages and len(data["advantages"]) > 1:
             adv = data["advantages"]
             data["advantages"] = ((adv - adv.mean()) / (adv.std() + 1e-8)).astype(np.float32)
@@ -191,12 +213,17 @@ class PPO(NetworkAlgorithm):
         """V(s_t) and V(s'_t), [items, T, agents], in return units."""
         critic = self.networks["critic"]
         with torch.no_grad():
-            now = critic(self.as_tensor(self.critic_inputs(batch, "state", "observations")))
-            after = critic(
-                self.as_tensor(self.critic_inputs(batch, "next_state", "next_observations"))
-            )
+            if self.heads:
+                now = critic(self.as_tensor(batch["state"].astype(np.float32)))
+                after = critic(self.as_tensor(batch["next_state"].astype(np.float32)))
+            else:
+                now = critic(self.as_tensor(self.critic_inputs(batch, "state", "observations")))
+                after = critic(
+                    self.as_tensor(self.critic_inputs(batch, "next_state", "next_observations"))
+                )
+                now, after = now.squeeze(-1), after.squeeze(-1)
         denorm = self.value_norm.denormalize
-        return denorm(now.squeeze(-1).cpu().numpy()), denorm(after.squeeze(-1).cpu().numpy())
+        return denorm(now.cpu().numpy()), denorm(after.cpu().numpy())
 
     def actor_inputs(self, obs: np.ndarray) -> np.ndarray:
         """[items, T, agents, obs(+ids)]: with `actor_agent_id`, each agent's observation with
@@ -233,13 +260,14 @@ class PPO(NetworkAlgorithm):
         if len(rows) == 0:
             nothing = torch.stack([p.sum() for p in self.params]).sum() * 0.0
             return self.backward(nothing), _EMPTY_STATS.copy()
-        mb = {k: self.as_tensor(v[rows]) for k, v in data.items()}
+        per_step = ("state",)
+        mb = {k: self.as_tensor(v[rows]) for k, v in data.items() if k not in per_step}
         log_probs, entropy = self.evaluate_actions(
             mb["observations"], mb["actions"], mb["agent"], mb.get("action_masks")
         )
         ratio = torch.exp(log_probs - mb["log_probs"])
         policy_loss = clipped_surrogate(ratio, mb["advantages"], self.ppo.clip)
-        values = self.networks["critic"](mb["critic_in"]).squeeze(-1)
+        values = self.critic_values(data, rows, mb)
         value_loss = clipped_value_loss(
             values, mb["old_values"], mb["targets"], self.ppo.value_clip, self.ppo.value_huber_delta
         )
@@ -264,6 +292,18 @@ class PPO(NetworkAlgorithm):
             "clip_frac": clip_frac,
         }
         return flat_grad, row
+
+    def critic_values(
+        self, data: dict[str, np.ndarray], rows: np.ndarray, mb: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """The critic's value of each row of the minibatch; with heads, one pass over the
+        minibatch's env steps, each row reading its agent's head."""
+        critic = self.networks["critic"]
+        if not self.heads:
+            return critic(mb["critic_in"]).squeeze(-1)
+        steps, where = np.unique(data["step_of_row"][rows], return_inverse=True)
+        per_step = critic(self.as_tensor(data["state"][steps]))
+        return per_step[self.as_tensor(where), mb["agent"]]
 
     def evaluate_actions(
         self,

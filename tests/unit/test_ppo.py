@@ -265,3 +265,44 @@ def fragment_batch_of(ppo: PPO, items: int) -> dict[str, np.ndarray]:
     batch["active"][:] = True
     batch["log_probs"][:] = np.log(0.25)
     return batch
+
+
+def test_critic_heads_run_the_critic_once_per_env_step_with_a_head_per_agent() -> None:
+    ppo = make_ppo(ppo__critic_heads=True, ppo__epochs=2, ppo__minibatches=3)
+    assert ppo.critic_width() == ppo.group.state_dim  # no one-hot: the head tells agents apart
+    batch = fragment_batch(ppo, 4)
+    values, _ = ppo.values_of(batch)
+    assert values.shape == batch["actions"].shape  # [items, T, agents]
+    with torch.no_grad():
+        by_hand = ppo.networks["critic"](torch.from_numpy(batch["state"][1, 2]))
+    np.testing.assert_allclose(values[1, 2], ppo.value_norm.denormalize(by_hand.numpy()), rtol=1e-5)
+    data = ppo.prepare(batch)
+    for rows in ppo.minibatch_rows(data):
+        steps = np.unique(data["step_of_row"][rows])  # whole env steps: all their active agents
+        assert len(rows) == np.isin(data["step_of_row"], steps).sum()
+    assert np.isfinite(run_update(ppo, batch).stats["value_loss"])
+
+
+def test_critic_heads_learn_each_agents_own_value() -> None:
+    """Agent 0 is paid 1 at every (terminal) step and agent 1 nothing: one state, two values."""
+    ppo = make_ppo(ppo__critic_heads=True, lr=0.01, ppo__value_norm=False)
+    for i in range(40):
+        batch = fragment_batch(ppo, 4, seed=i)
+        batch["active"][:] = True
+        batch["terminations"][:] = True
+        batch["rewards"][..., 0], batch["rewards"][..., 1] = 1.0, 0.0
+        run_update(ppo, batch)
+    values, _ = ppo.values_of(fragment_batch(ppo, 4, seed=99))
+    assert values[..., 0].mean() == pytest.approx(1.0, abs=0.15)
+    assert values[..., 1].mean() == pytest.approx(0.0, abs=0.15)
+
+
+def test_resume_with_critic_heads_continues_bit_for_bit() -> None:
+    original = make_ppo(seed=1, ppo__critic_heads=True, ppo__minibatches=2)
+    run_update(original, fragment_batch(original, 4, seed=0))
+    restored = make_ppo(seed=99, ppo__critic_heads=True, ppo__minibatches=2)
+    restored.load_state_dict(original.state_dict())
+    for seed in (1, 2):
+        run_update(original, fragment_batch(original, 4, seed=seed))
+        run_update(restored, fragment_batch(restored, 4, seed=seed))
+    np.testing.assert_array_equal(original.group_weights(), restored.group_weights())
