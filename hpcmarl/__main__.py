@@ -13,6 +13,7 @@ USAGE = """usage: python -m hpcmarl [train] [JOB.yaml] [key=value ...]
        python -m hpcmarl resume RUN_DIR [key=value ...]   continue from the newest checkpoint
        python -m hpcmarl analyze RUN_DIR_OR_FILE... [--out DIR] [--json]
        python -m hpcmarl export FILE --format minari|d4rl [--agent ID | --team] [--out PATH]
+       python -m hpcmarl evaluate RUN_DIR [--episodes N] [--checkpoint ID] [--json]
        python -m hpcmarl --explain        every job key with its type, default and meaning
 
 examples:
@@ -39,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         from .analysis import cli
 
         return int(getattr(cli, f"{args[0]}_main")(args[1:]))
+    if args and args[0] == "evaluate":
+        from .analysis.evaluate import evaluate_main
+
+        return evaluate_main(args[1:])
     if args and args[0] == "resume":
         return resume(args[1:])
     if args and args[0] == "train":

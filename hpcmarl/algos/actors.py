@@ -14,6 +14,7 @@ arithmetic at about half the per-call overhead, which dominates for small batche
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -254,6 +255,31 @@ def random_actions(
     pick = np.floor(rng.random(size) * legal).astype(np.int64)
     order = np.cumsum(mask, axis=1) - 1  # rank of each legal action in its row
     return np.argmax((order == pick[:, None]) & mask, axis=1).astype(np.int64)
+
+
+class UniformActor:
+    """Uniformly random legal actions for the agents of `spec`'s key: the random policy that
+    a trained one is measured against on the same start states (`hpcmarl evaluate --random`).
+    Feed-forward and without agent indices, whatever the trained policy's spec says."""
+
+    def __init__(self, spec: PolicySpec) -> None:
+        self.spec = dataclasses.replace(spec, recurrent=0, agent_ids=0)
+
+    def set_weights(self, flat: np.ndarray) -> None:
+        """Nothing to set: the uniform policy has no parameters."""
+
+    def act(
+        self,
+        obs: np.ndarray,
+        rng: np.random.Generator,
+        *,
+        env_steps: int,
+        greedy: bool,
+        action_mask: np.ndarray | None = None,
+        recurrent_state: np.ndarray | None = None,
+        agent_index: np.ndarray | None = None,
+    ) -> ActResult:
+        return ActResult(random_actions(rng, len(obs), self.spec.n_actions, action_mask))
 
 
 def _tensor(mask: np.ndarray | None) -> torch.Tensor | None:

@@ -28,13 +28,13 @@ EXAMPLES = """examples:
 def analyze_main(argv: list[str]) -> int:
     """Summarise replay files in the terminal, `report.md`, plots and `episodes.jsonl`."""
     args = _analyze_parser().parse_args(argv)
-    return _guarded(lambda: _analyze(args))
+    return guarded(lambda: _analyze(args))
 
 
 def export_main(argv: list[str]) -> int:
     """Write one agent's transitions in the Minari or D4RL layout."""
     args = _export_parser().parse_args(argv)
-    return _guarded(lambda: _export(args))
+    return guarded(lambda: _export(args))
 
 
 def _analyze_parser() -> argparse.ArgumentParser:
@@ -76,7 +76,7 @@ def _export_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _guarded(body: Callable[[], int]) -> int:
+def guarded(body: Callable[[], int]) -> int:
     try:
         return body()
     except UserError as err:

@@ -41,6 +41,8 @@ __all__ = [
     "has_checkpoints",
     "latest_checkpoint",
     "next_checkpoint_id",
+    "read_checkpoint",
+    "checkpoint_ids",
     "role_file",
     "write_role_state",
 ]
@@ -103,7 +105,7 @@ def role_file(run_dir: str | Path, ckpt_id: str, role: str) -> Path:
     return checkpoint_path(run_dir, ckpt_id) / f"{role}.h5"
 
 
-def _checkpoint_ids(run_dir: str | Path) -> list[str]:
+def checkpoint_ids(run_dir: str | Path) -> list[str]:
     """Every checkpoint directory's id, complete or not, oldest first."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
@@ -114,14 +116,14 @@ def _checkpoint_ids(run_dir: str | Path) -> list[str]:
 
 def next_checkpoint_id(run_dir: str | Path) -> str:
     """One more than any id in use, so an interrupted checkpoint's directory is never reused."""
-    ids = _checkpoint_ids(run_dir)
+    ids = checkpoint_ids(run_dir)
     return f"{int(ids[-1]) + 1 if ids else 1:06d}"
 
 
 def has_checkpoints(run_dir: str | Path) -> bool:
     """Whether any checkpoint was ever committed here (intact or not): a run that crashed before
     its first commit has nothing to resume and may start afresh."""
-    return any((checkpoint_path(run_dir, i) / MANIFEST).exists() for i in _checkpoint_ids(run_dir))
+    return any((checkpoint_path(run_dir, i) / MANIFEST).exists() for i in checkpoint_ids(run_dir))
 
 
 # -- writing -----------------------------------------------------------------------------------
@@ -182,7 +184,7 @@ def _prune(run_dir: str | Path, newest: str, keep: int) -> None:
     one, and temporary files that killed writers left. A manifest goes before its directory, so
     a kill mid-delete leaves an incomplete directory, never a complete-looking one with files
     missing."""
-    older = [i for i in _checkpoint_ids(run_dir) if int(i) < int(newest)]
+    older = [i for i in checkpoint_ids(run_dir) if int(i) < int(newest)]
     complete = [i for i in older if (checkpoint_path(run_dir, i) / MANIFEST).exists()]
     kept = set(complete[-(keep - 1) :]) if keep > 1 else set()
     for ckpt_id in older:
@@ -204,7 +206,7 @@ def latest_checkpoint(run_dir: str | Path) -> tuple[Checkpoint | None, list[str]
     pointer. A pointer naming no directory is reported too.
     """
     skipped = _pointer_problems(run_dir)
-    for ckpt_id in reversed(_checkpoint_ids(run_dir)):
+    for ckpt_id in reversed(checkpoint_ids(run_dir)):
         path = checkpoint_path(run_dir, ckpt_id)
         try:
             manifest = _verified_manifest(path)
@@ -213,6 +215,18 @@ def latest_checkpoint(run_dir: str | Path) -> tuple[Checkpoint | None, list[str]
             continue
         return Checkpoint(Path(run_dir), ckpt_id, path, manifest), skipped
     return None, skipped
+
+
+def read_checkpoint(run_dir: str | Path, ckpt_id: str) -> Checkpoint:
+    """One named checkpoint, with the same checks resume makes (every file present, of its
+    recorded size and digest)."""
+    path = checkpoint_path(run_dir, ckpt_id)
+    try:
+        return Checkpoint(Path(run_dir), ckpt_id, path, _verified_manifest(path))
+    except _Unusable as why:
+        raise StorageError(
+            f"checkpoint {ckpt_id} of {run_dir}{why}", "name another checkpoint"
+        ) from None
 
 
 def _pointer_problems(run_dir: str | Path) -> list[str]:
