@@ -3,12 +3,17 @@
 For each world size and algorithm (MAPPO, IPPO, IQL: independent DQN, VDN, QMIX) this runs
 the job file under `mpirun -n N` to a step budget and reads its `metrics.jsonl`: the greedy
 evaluations (team return summed over agents, 32 episodes each) against env steps and seconds,
-env steps/s and learner updates/s. In the same run it measures the two baselines:
+env steps/s and learner updates/s. Each run's final policies are then played for
+`--final-episodes` more (`python -m hpcmarl evaluate`; `*_final_policy` and its standard error
+`*_final_policy_sem`): a target is judged on that figure, whose standard error is about 0.3,
+not on the last in-run evaluations (about 2 each). In the same run it measures the baselines:
 
 - the random policy's team return (uniform actions, the same environment settings);
 - a bare loop of the same environment and the same policy network (sampling its softmax), one
   process per core for a few seconds: the machine's env steps/s without any of hpcmarl, which
-  the on-policy jobs' throughput is divided by (`*_throughput_ratio`);
+  the on-policy jobs' throughput is divided by (`*_throughput_ratio`). It is measured before
+  the first run and again after each, and a run is divided by the mean of the two around it:
+  on a shared VM the same loop moves by a third within an hour (`bare_spread_ratio`);
 - for the on-policy jobs, the CPU one update costs per env step it trains on (the job's own
   algorithm on a batch of its item spec, one torch thread, as `bench_update.py` times it). With
   the bare loop's CPU per env step it gives the most env steps/s any schedule could make on
@@ -129,6 +134,12 @@ def update_seconds_per_env_step(algo: str, updates: int = 10) -> float:
     return seconds_per_update(job, "cpu", updates) / env_steps
 
 
+def ceiling_rate(bare: float, update_s: float) -> float:
+    """The most env steps/s these cores make while also training on every step: the bare
+    loop's CPU per env step plus the update's, spread over the cores."""
+    return cores() / (cores() / bare + update_s)
+
+
 def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
@@ -146,8 +157,14 @@ def launch(
     return result, wall, rows
 
 
-def one_run(algo: str, ranks: int, budget: int, seed: int, run_dir: Path) -> dict:
-    """The job to its step budget; what its metrics say."""
+def one_run(
+    algo: str, ranks: int, budget: int, seed: int, run_dir: Path, final_episodes: int
+) -> dict:
+    """The job to its step budget; what its metrics say, and its final policies' greedy return
+    over `final_episodes` episodes (`python -m hpcmarl evaluate`): the in-run evaluations are
+    32 episodes each, too few to judge a target by."""
+    from hpcmarl.analysis.evaluate import evaluate_run
+
     args = [
         JOBS[algo],
         f"seed={seed}",
@@ -161,6 +178,8 @@ def one_run(algo: str, ranks: int, budget: int, seed: int, run_dir: Path) -> dic
     progress = [r for r in rows if r["kind"] == "progress" and r["time_s"] > 10]
     curve = [(r["env_steps"], r["time_s"], r["return_mean"]) for r in evals]
     last = [r["return_mean"] for r in evals[-3:]]
+    judged = final_episodes and result.returncode == 0
+    final = evaluate_run(run_dir, final_episodes, seed=10_000_000) if judged else None
     return {
         "algo": algo,
         "ranks": ranks,
@@ -170,6 +189,8 @@ def one_run(algo: str, ranks: int, budget: int, seed: int, run_dir: Path) -> dic
         "env_steps": rows[-1].get("env_steps") if rows else None,
         "final_eval": round(statistics.mean(last), 2) if last else None,
         "best_eval": round(max(r["return_mean"] for r in evals), 2) if evals else None,
+        "final_policy": round(final["return_mean"], 2) if final else None,
+        "final_policy_sem": round(final["return_sem"], 2) if final else None,
         "env_steps_per_s": _mean([r["env_steps_per_s"] for r in progress]),
         "updates_per_s": _mean([r["updates_per_s"] for r in progress]),
         "curve": curve,
@@ -191,61 +212,79 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bare-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--final-episodes",
+        type=int,
+        default=1000,
+        help="episodes that judge each run's final policies (0: skip)",
+    )
     args = parser.parse_args()
 
     random_mean, random_std = random_team_return(200, args.seed)
     bare = bare_rate(args.bare_seconds)
     print(f"random policy: team return {random_mean:.1f} +- {random_std:.1f} (200 episodes)")
-    print(f"bare loop (env + MAPPO actor), {cores()} cores: {bare:,.0f} env steps/s\n")
-    figures: dict[str, float | None] = {
-        "random_team_return": round(random_mean, 2),
-        "bare_env_steps_per_s": round(bare, 1),
-    }
-    ceilings: dict[str, float] = {}
+    print(f"bare loop (env + MAPPO actor), {cores()} cores: {bare:,.0f} env steps/s")
+    print("(measured again after each run: a run's ratios use the mean of the two around it)\n")
+    figures: dict[str, float | None] = {"random_team_return": round(random_mean, 2)}
+    updates: dict[str, float] = {}
     for algo in (a for a in args.algos if a in ON_POLICY):
-        update = update_seconds_per_env_step(algo)
-        ceilings[algo] = cores() / (cores() / bare + update)
+        updates[algo] = update_seconds_per_env_step(algo)
+        ceiling = ceiling_rate(bare, updates[algo])
         print(
-            f"{algo} update: {update * 1e6:.0f} us of one thread per env step; ceiling of env "
-            f"+ actor + update on {cores()} cores: {ceilings[algo]:,.0f} env steps/s "
-            f"({ceilings[algo] / bare:.2f} of the bare loop)"
+            f"{algo} update: {updates[algo] * 1e6:.0f} us of one thread per env step; ceiling of "
+            f"env + actor + update on {cores()} cores: {ceiling:,.0f} env steps/s "
+            f"({ceiling / bare:.2f} of the bare loop)"
         )
-        figures[f"{algo}_update_us_per_env_step"] = round(update * 1e6, 1)
-        figures[f"{algo}_ceiling_env_steps_per_s"] = round(ceilings[algo], 1)
-        figures[f"{algo}_ceiling_vs_bare_ratio"] = round(ceilings[algo] / bare, 3)
+        figures[f"{algo}_update_us_per_env_step"] = round(updates[algo] * 1e6, 1)
+        figures[f"{algo}_ceiling_vs_bare_ratio"] = round(ceiling / bare, 3)
+    bares = [bare]
     header = f"{'algo':<6} {'ranks':>5} {'steps':>9} {'train s':>8} {'final eval':>10}"
-    print(header + f" {'best':>7} {'steps/s':>8} {'updates/s':>9} {'vs bare':>7} {'vs ceil':>7}")
+    header += f" {'best':>7} {'final policy':>14} {'steps/s':>8} {'updates/s':>9}"
+    print(header + f" {'vs bare':>7} {'vs ceil':>7}")
     runs = []
     with tempfile.TemporaryDirectory(prefix="hpcmarl-bench-marl-") as tmp:
         for ranks in args.ranks:
             for algo in args.algos:
                 budget = {"iql": args.iql_budget, "vdn": args.vd_budget, "qmix": args.vd_budget}
                 budget = budget.get(algo, args.budget)
-                run = one_run(algo, ranks, budget, args.seed, Path(tmp) / f"{algo}-{ranks}")
+                run_dir = Path(tmp) / f"{algo}-{ranks}"
+                run = one_run(algo, ranks, budget, args.seed, run_dir, args.final_episodes)
                 runs.append(run)
+                bares.append(bare_rate(args.bare_seconds))
+                around = statistics.mean(bares[-2:])
                 rate = run["env_steps_per_s"] or 0.0
-                ratio = rate / bare
-                vs_ceiling = f"{rate / ceilings[algo]:.2f}" if algo in ceilings else "-"
+                ratio = rate / around
+                ceiling = ceiling_rate(around, updates[algo]) if algo in updates else None
+                vs_ceiling = f"{rate / ceiling:.2f}" if ceiling else "-"
+                policy = run["final_policy"]
+                policy_text = "-" if policy is None else f"{policy} +- {run['final_policy_sem']}"
                 print(
                     f"{algo:<6} {ranks:>5} {run['env_steps'] or 0:>9,} {run['train_s'] or 0:>8}"
-                    f" {run['final_eval']!s:>10} {run['best_eval']!s:>7}"
+                    f" {run['final_eval']!s:>10} {run['best_eval']!s:>7} {policy_text:>14}"
                     f" {run['env_steps_per_s']!s:>8} {run['updates_per_s']!s:>9} {ratio:>7.2f}"
-                    f" {vs_ceiling:>7}" + ("" if run["ok"] else "  (job failed)"),
+                    f" {vs_ceiling:>7} (bare {bares[-2]:,.0f} -> {bares[-1]:,.0f})"
+                    + ("" if run["ok"] else "  (job failed)"),
                     flush=True,
                 )
                 name = f"{algo}_n{ranks}"
                 figures[f"{name}_final_eval"] = run["final_eval"]
                 figures[f"{name}_best_eval"] = run["best_eval"]
+                figures[f"{name}_final_policy"] = run["final_policy"]
+                figures[f"{name}_final_policy_sem"] = run["final_policy_sem"]
                 figures[f"{name}_train_s"] = run["train_s"]
                 figures[f"{name}_env_steps_per_s"] = run["env_steps_per_s"]
                 figures[f"{name}_updates_per_s"] = run["updates_per_s"]
+                figures[f"{name}_bare_env_steps_per_s"] = round(around, 1)
                 figures[f"{name}_throughput_ratio"] = round(ratio, 3)
-                if algo in ceilings:
-                    figures[f"{name}_ceiling_ratio"] = round(rate / ceilings[algo], 3)
+                if ceiling:
+                    figures[f"{name}_ceiling_ratio"] = round(rate / ceiling, 3)
     print("\neval team return by env steps (and seconds):")
     for run in runs:
         points = ", ".join(f"{s // 1000}k/{t:.0f}s {r:.1f}" for s, t, r in run["curve"][::3])
         print(f"  {run['algo']} -n {run['ranks']}: {points}")
+    figures["bare_env_steps_per_s"] = round(statistics.mean(bares), 1)
+    figures["bare_spread_ratio"] = round(min(bares) / max(bares), 3)
+    print(f"\nbare loop over the session: {', '.join(f'{b:,.0f}' for b in bares)} env steps/s")
     print(json.dumps(figures), flush=True)
 
 
