@@ -2,8 +2,10 @@
 agent's critic on its own observation), after Yu et al. (2022) and CleanRL's `ppo.py`.
 
 A PPO group trains one actor per policy (agents mapped to one policy share it) and one critic,
-on fragments: T steps of one env copy with every agent of the group, `[T, agents, ...]`. An
-update, on one batch of fragments:
+on fragments: T steps of one env copy with every agent of the group, `[T, agents, ...]`. The
+central critic sees the global state with the agent's one-hot index, one pass per agent, or
+with `critic_heads` one pass per env step ending in a value head per agent: the same inputs at
+1/agents of the passes. An update, on one batch of fragments:
 
 1. values V(s_t) and V(s'_t) from the critic, in return units (denormalised);
 2. advantages by GAE(lambda) and targets R_t = A_t + V(s_t) (`algos.returns`);
@@ -260,8 +262,7 @@ class PPO(NetworkAlgorithm):
         if len(rows) == 0:
             nothing = torch.stack([p.sum() for p in self.params]).sum() * 0.0
             return self.backward(nothing), _EMPTY_STATS.copy()
-        per_step = ("state",)
-        mb = {k: self.as_tensor(v[rows]) for k, v in data.items() if k not in per_step}
+        mb = {k: self.as_tensor(v[rows]) for k, v in data.items() if k != "state"}  # per step
         log_probs, entropy = self.evaluate_actions(
             mb["observations"], mb["actions"], mb["agent"], mb.get("action_masks")
         )
