@@ -236,6 +236,7 @@ def main() -> None:
             f"({ceiling / bare:.2f} of the bare loop)"
         )
         figures[f"{algo}_update_us_per_env_step"] = round(updates[algo] * 1e6, 1)
+        figures[f"{algo}_ceiling_env_steps_per_s"] = round(ceiling, 1)
         figures[f"{algo}_ceiling_vs_bare_ratio"] = round(ceiling / bare, 3)
     bares = [bare]
     header = f"{'algo':<6} {'ranks':>5} {'steps':>9} {'train s':>8} {'final eval':>10}"
