@@ -33,6 +33,7 @@ MAPPO = [
     "env.num_envs=4",
     "learner.ppo.batch_fragments=12",
     "learner.ppo.epochs=3",
+    "topology.learners=2",
 ]
 """3 collectors x 4 env copies: one batch of 12 fragments per round; 2 learners average it."""
 
