@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Creates .venv in the repo root and installs hpcmarl with Open MPI from PyPI and the dev tools
 # (`tools/setup.sh --mpi mpich` makes .venv-mpich with MPICH from PyPI instead).
-# torch==2.13.0 goes first: any looser spec would pull a multi-GB CUDA build.
+# torch==2.13.0 goes first: any looser spec would pull a newer build. Which build it is depends
+# on where pip looks: a CPU wheel where pip's configuration offers one (find-links, an extra
+# index), PyPI's CUDA build otherwise. HPCMARL_TORCH_INDEX=URL installs torch from that index
+# (a CPU or a CUDA wheel index); the set-up's last line says which build was installed.
 # Idempotent: a stamp holding the hash of pyproject.toml skips the install when nothing changed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,7 +34,13 @@ pip_install() {
 }
 echo "hpcmarl: setting up $venv with $mpi (log: $log)"
 pip_install --upgrade pip
-pip_install torch==2.13.0
+if [ -n "${HPCMARL_TORCH_INDEX:-}" ]; then
+  pip_install torch==2.13.0 --index-url "$HPCMARL_TORCH_INDEX"
+else
+  pip_install torch==2.13.0
+fi
 pip_install -e "$root[$mpi,dev]"
-"$venv/bin/python" -c "import hpcmarl, mpi4py, torch; print('hpcmarl: set-up done in $venv')"
+"$venv/bin/python" -c "import hpcmarl, mpi4py, torch
+build = f'CUDA {torch.version.cuda}' if torch.version.cuda else 'CPU only'
+print(f'hpcmarl: set-up done in $venv (torch {torch.__version__}, {build})')"
 echo "$want" > "$stamp"

@@ -2,7 +2,10 @@
 
 Semantics (RLlib DQN): double-Q targets, Huber loss weighted by prioritized-replay importance
 weights, a hard target-network copy every `target_network_update_freq` updates, and the absolute
-TD errors returned per row so replay can refresh priorities. Exploration is the actor's: an
+TD errors returned per row so replay can refresh priorities. One difference: the importance
+weights are divided by the largest weight of the batch (Schaul et al. 2016, Algorithm 1), where
+RLlib divides by the weight of the least likely item in the whole buffer; ours are never
+smaller than RLlib's, so a batch of likely items takes larger steps. Exploration is the actor's: an
 epsilon that decays with the job's global env-step count (`algos.actors.EpsilonGreedyActor`).
 Where the env has legal-action masks, the value of s' is a max over its legal actions only
 (double Q: the online net's masked argmax, scored by the target net).
