@@ -101,7 +101,7 @@ class ReplayConfig:
     counted) beyond it. On-policy queues hold fragments and evict likewise."""
     learning_starts: int = 1_000
     """Items (transitions, or episodes for qmix and vdn) a table must hold before it serves
-    samples."""
+    samples; 0 is the same as 1 (learning starts with the first item)."""
     prioritized: bool = True
     """Prioritized sampling (sum tree) instead of uniform."""
     alpha: float = 0.6

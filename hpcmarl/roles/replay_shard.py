@@ -72,7 +72,9 @@ class ReplayShard(Role):
         # Offline, nothing is inserted after the start: any number of samples is fine.
         free = deterministic or dataset is not None
         self.deterministic = deterministic
-        self.ratio = (0.0, 1) if free else (cfg.samples_per_insert, cfg.learning_starts)
+        # learning_starts 0 means "from the first item on": a table cannot serve from nothing.
+        starts = max(1, cfg.learning_starts)
+        self.ratio = (0.0, 1) if free else (cfg.samples_per_insert, starts)
         self.replay_of, self.seed = replay_of, seed
         self.generations = dict.fromkeys(replay_of, 0)
         """Group -> the generation its table holds (PSRO: the iteration of its best response);
