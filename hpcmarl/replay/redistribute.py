@@ -5,7 +5,10 @@ or a team's episodes `[T, agents, ...]`), also where a saved shard's table is em
 tables' rows are merged in approximate age order (each table's rows are oldest first; rows of
 different tables are interleaved by their relative position) and dealt round robin, so every
 new shard holds a similar mix of old and new data. Priorities travel with their rows; a new
-table that would overflow its capacity keeps its newest rows, counted as evicted.
+table that would overflow its capacity keeps its newest rows, counted as evicted. New shard j
+continues the sampling generator of saved shard j; a shard beyond the saved count gets none
+(`ReplayTable.load_state` then keeps the one its table was seeded with at start, from the run
+seed and the shard's name): a copy would make two shards draw the same samples.
 
 Compact transition tables (`replay.compact`) are dealt by run instead: each run (one agent's
 episode) goes whole to one new shard, since a stack or a next observation is rebuilt from the
@@ -59,7 +62,8 @@ def _table_of(
     total = n + evicted
     out["insert_ids"] = np.arange(total - n, total, dtype=np.int64)
     out["counters"] = np.array([total, evicted], dtype=np.int64)
-    out["rng"] = states[j % len(states)]["rng"]
+    if j < len(states):
+        out["rng"] = states[j]["rng"]
     if "max_priority" in states[0]:
         out["max_priority"] = np.array(max(float(s["max_priority"]) for s in states))
     if ITEM_FORM in states[0]:  # compact episodes or sequences: each rebuilds itself
@@ -167,6 +171,9 @@ def deal_compact_tables(
         if prioritized and len(mine):
             state["priorities"] = np.concatenate(priorities)[mine[len(mine) - table.size :]]
             state["max_priority"] = np.array(max(float(s["max_priority"]) for s in states))
-        state["rng"] = states[j % len(states)]["rng"]
+        if j < len(states):
+            state["rng"] = states[j]["rng"]
+        else:
+            del state["rng"]  # a new shard keeps its own generator (the module docstring)
         out.append(state)
     return out

@@ -205,7 +205,9 @@ class ReplayTable:
         """Replace this table's contents with a `state()`; the round trip is exact, and with an
         unchanged capacity every row returns to its slot, so later samples match those the saved
         table would have drawn. A larger capacity is fine too. A state that does not fit is
-        refused before anything is replaced."""
+        refused before anything is replaced. A state without `rng` (a shard that a re-deal adds,
+        `replay.redistribute`) keeps the generator this table was seeded with, so that no two
+        shards draw the same samples."""
         ids = np.asarray(state["insert_ids"], dtype=np.int64)
         total_inserted, evicted = (int(c) for c in state["counters"])
         prefix = len(_COLUMN_PREFIX)
@@ -221,7 +223,8 @@ class ReplayTable:
         if self._tree is not None:
             self._tree.update(ids % self.capacity, state["priorities"])
             self._max_priority = float(state["max_priority"])
-        self._rng.bit_generator.state = rng_from_words(state["rng"])
+        if "rng" in state:
+            self._rng.bit_generator.state = rng_from_words(state["rng"])
 
     def _slot_ids(self, slots: np.ndarray) -> np.ndarray:
         """Insert ids of the items held in `slots`: the newest id congruent to each slot."""

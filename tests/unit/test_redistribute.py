@@ -60,3 +60,28 @@ def test_episode_tables_and_empty_tables_are_dealt_to_any_number_of_shards() -> 
                 assert table.size == len(state["insert_ids"])
                 if table.size:
                     assert state["column/observations"].shape[1:] == (4, 3, 2)
+
+
+def uniform_table(values: np.ndarray, seed: int) -> ReplayTable:
+    table = ReplayTable(100, prioritized=False, seed=seed)
+    table.insert({"x": values.astype(np.float32)})
+    return table
+
+
+def test_a_shard_added_by_a_redeal_draws_its_own_samples() -> None:
+    """Dealing two saved tables over four shards copied saved generators to the new shards,
+    so shard 2 drew the very samples of shard 0. Each table below is seeded as its shard
+    would be at start; the first two continue their saved generators."""
+    saved = [
+        uniform_table(np.arange(40.0), 0).state(),
+        uniform_table(np.arange(40.0, 80.0), 1).state(),
+    ]
+    dealt = deal_tables(saved, 4, capacity=100)
+    drawn = []
+    for j, state in enumerate(dealt):
+        table = ReplayTable(100, prioritized=False, seed=1_000 + j)
+        table.load_state(state)
+        drawn.append(table.sample(16)[1].insert_ids.tolist())
+    assert len({tuple(d) for d in drawn}) == 4, drawn
+    for j in (0, 1):  # a surviving shard draws on as its saved table would have
+        assert np.array_equal(dealt[j]["rng"], saved[j]["rng"])
