@@ -71,7 +71,13 @@ def restore_roles(
 
 
 def redeal_replay(checkpoint: Checkpoint, shards: list[str], capacity: int) -> dict | None:
-    """New shard trees when the shard count differs from the checkpoint's, else None."""
+    """New shard trees when the shard count differs from the checkpoint's, else None.
+
+    Each carries the generation its groups' tables hold (PSRO's iteration): without it, a new
+    shard took the current iteration's first request for a newer one and emptied its table. A
+    saved table of an older generation (a shard that had not yet heard of the newest) is
+    dropped, as that shard would have dropped it. What earlier tables evicted and dropped stays
+    counted, on the first new shard, so the run's totals are unchanged."""
     saved = sorted(
         (r for r in checkpoint.roles() if r.startswith("replay")),
         key=lambda name: int(name.removeprefix("replay")),
@@ -79,25 +85,72 @@ def redeal_replay(checkpoint: Checkpoint, shards: list[str], capacity: int) -> d
     if saved == shards or not saved:
         return None
     trees: list[Any] = [checkpoint.read_role(name) for name in saved]
+    generations = saved_generations(trees)
     out: dict[str, dict] = {
-        name: {"tables": {}, "limiters": {}, "pending_inserts": {}, "samples_served": 0}
+        name: {
+            "tables": {},
+            "limiters": {},
+            "pending_inserts": {},
+            "samples_served": 0,
+            "generations": dict(generations),
+            "earlier": {},
+        }
         for name in shards
     }
     for group in trees[0]["tables"]:
-        states = [flatten(t["tables"][group]) for t in trees]
-        if "queue_counters" in states[0]:  # an on-policy queue: item i to shard i mod S
-            for name, queue in zip(shards, deal_queues(states, len(shards)), strict=True):
-                out[name]["tables"][group] = nest(queue)
-            continue
-        if "storage_form" in states[0]:  # compact transitions: each run whole on one shard
-            tables = deal_compact_tables(states, len(shards), capacity)
-        else:
-            tables = deal_tables(states, len(shards), capacity)
-        limiters = deal_limiters([t["limiters"][group] for t in trees], len(shards))
-        for name, table, limiter in zip(shards, tables, limiters, strict=True):
-            out[name]["tables"][group], out[name]["limiters"][group] = nest(table), limiter
+        newest = [t for t in trees if generation_of(t, group) == generations.get(group, 0)]
+        out[shards[0]]["earlier"][group] = earlier_counts(trees, newest, group)
+        redeal_group(out, shards, group, newest, capacity)
     for i, tree in enumerate(trees):
         pending = out[shards[i % len(shards)]]["pending_inserts"]
         for entry in tree["pending_inserts"].values():
             pending[str(len(pending))] = entry
     return out
+
+
+def redeal_group(
+    out: dict[str, dict], shards: list[str], group: str, trees: list[Any], capacity: int
+) -> None:
+    """Deal the group's tables of the saved shard `trees` into the new shards' trees `out`."""
+    states = [flatten(t["tables"][group]) for t in trees]
+    if "queue_counters" in states[0]:  # an on-policy queue: item i to shard i mod S
+        for name, queue in zip(shards, deal_queues(states, len(shards)), strict=True):
+            out[name]["tables"][group] = nest(queue)
+        return
+    if "storage_form" in states[0]:  # compact transitions: each run whole on one shard
+        tables = deal_compact_tables(states, len(shards), capacity)
+    else:
+        tables = deal_tables(states, len(shards), capacity)
+    limiters = deal_limiters([t["limiters"][group] for t in trees], len(shards))
+    for name, table, limiter in zip(shards, tables, limiters, strict=True):
+        out[name]["tables"][group], out[name]["limiters"][group] = nest(table), limiter
+
+
+def saved_generations(trees: list[Any]) -> dict[str, int]:
+    """Group -> the newest generation any saved shard's table holds."""
+    out: dict[str, int] = {}
+    for tree in trees:
+        for group in tree.get("generations", {}):
+            out[group] = max(out.get(group, 0), generation_of(tree, group))
+    return out
+
+
+def generation_of(tree: Any, group: str) -> int:
+    return int(tree.get("generations", {}).get(group, 0))
+
+
+def earlier_counts(trees: list[Any], newest: list[Any], group: str) -> dict[str, int]:
+    """What the group's replaced tables evicted and dropped on every saved shard, and what
+    its stale saved tables (those not in `newest`) did, which the re-deal replaces too."""
+    counts = {"evicted": 0, "dropped": 0}
+    for tree in trees:
+        for key, value in tree.get("earlier", {}).get(group, {}).items():
+            counts[key] += int(value)
+        if not any(tree is t for t in newest):
+            table = flatten(tree["tables"][group])
+            if "queue_counters" in table:  # [inserted, evicted, dropped, taken]
+                counts["evicted"] += int(table["queue_counters"][1])
+                counts["dropped"] += int(table["queue_counters"][2])
+            else:  # [inserted, evicted]
+                counts["evicted"] += int(table["counters"][1])
+    return counts

@@ -80,6 +80,9 @@ class ReplayShard(Role):
         """Group -> the generation its table holds (PSRO: the iteration of its best response);
         items of an older one are dropped, a newer one empties the table."""
         self.stale = 0
+        self.earlier = {group: {"evicted": 0, "dropped": 0} for group in replay_of}
+        """Group -> what the tables it replaced had evicted and dropped (PSRO replaces a group's
+        table every iteration), so that the counters a shard reports never go backwards."""
         for group in replay_of:
             self.new_table(group)
         self.pending_inserts: deque[Message] = deque()
@@ -91,6 +94,8 @@ class ReplayShard(Role):
 
     def new_table(self, group: str) -> None:
         """An empty table (and limiter) for the group, as its replay spec says."""
+        if group in self.tables:
+            self.retire(group, self.tables[group])
         replay, cfg = self.replay_of[group], self.cfg
         if replay.on_policy:
             self.tables[group] = ItemQueue(cfg.table_capacity)
@@ -112,6 +117,17 @@ class ReplayShard(Role):
         relaxed = self.limiters[group].relaxed if group in self.limiters else False
         self.limiters[group] = SampleToInsertRatio(*self.ratio, cfg.error_buffer)
         self.limiters[group].relaxed = relaxed
+
+    def retire(self, group: str, table: ReplayTable | CompactTable | ItemQueue) -> None:
+        """Keep a replaced table's eviction and drop counts in the group's running totals."""
+        self.earlier[group]["evicted"] += int(table.evicted)
+        self.earlier[group]["dropped"] += int(getattr(table, "dropped", 0))
+
+    def evicted(self, group: str) -> int:
+        return self.earlier[group]["evicted"] + int(self.tables[group].evicted)
+
+    def dropped(self, group: str) -> int:
+        return self.earlier[group]["dropped"] + int(getattr(self.tables[group], "dropped", 0))
 
     def joint(self, group: str) -> bool:
         """Whether the group's items are joint (a time axis, then agents), not transitions."""
@@ -295,6 +311,7 @@ class ReplayShard(Role):
             "pending_inserts": pending,
             "samples_served": self.samples_served,
             "generations": dict(self.generations),
+            "earlier": {g: dict(counts) for g, counts in self.earlier.items()},
             "items": dict(self.items),
         }
 
@@ -303,6 +320,8 @@ class ReplayShard(Role):
             if int(generation) != self.generations[group]:
                 self.generations[group] = int(generation)
                 self.new_table(group)
+        for group, counts in tree.get("earlier", {}).items():
+            self.earlier[group] = {k: int(v) for k, v in counts.items()}
         for group, table_state in tree["tables"].items():
             self.tables[group].load_state(flatten(table_state))
             if group in self.limiters:
@@ -325,8 +344,8 @@ class ReplayShard(Role):
             "sizes": {g: int(t.size) for g, t in self.tables.items()},
             "capacity": int(self.cfg.table_capacity),
             "inserted": {g: int(t.total_inserted) for g, t in self.tables.items()},
-            "evicted": {g: int(t.evicted) for g, t in self.tables.items()},
-            "dropped": {g: int(getattr(t, "dropped", 0)) for g, t in self.tables.items()},
+            "evicted": {g: self.evicted(g) for g in self.tables},
+            "dropped": {g: self.dropped(g) for g in self.tables},
             "pending_inserts": len(self.pending_inserts),
             "samples_served": self.samples_served,
             "stale": self.stale,
