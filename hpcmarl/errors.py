@@ -31,3 +31,9 @@ class TopologyError(UserError):
 
 class EnvError(UserError):
     """An environment that cannot be created or does not fit the algorithm."""
+
+
+class EnvOutputError(EnvError):
+    """An env step that returned what training cannot use (a NaN or None reward, an observation
+    of the wrong shape): not a passing failure to retry, so the job ends at once, naming the
+    env, the agent, the step and the field."""

@@ -15,6 +15,12 @@ A copy may also know each agent's legal actions (`has_masks`): a gymnasium env g
 vector env after each reset and step (`masks_into`), and only from envs that have them, so an
 env without masks pays one flag test per step. A gymnasium env's masks are found at its first
 reset: nothing in its spaces says it has them.
+
+What a copy is given is checked where it is written: an observation must have its space's shape
+(a shape-(1,) observation would otherwise be broadcast into every input) and a numeric dtype,
+and a reward must be a number; a copy that gets anything else raises `BadOutput`, which the
+vector env turns into one error naming the env, agent, step and field. Whether rewards and
+observations are finite is checked by the vector env over the whole step at once.
 """
 
 from __future__ import annotations
@@ -32,9 +38,23 @@ SINGLE_AGENT_ID = "agent_0"
 """Agent id of a gymnasium (one-agent) environment."""
 
 
+class BadOutput(Exception):
+    """What an env copy returned for one agent cannot be trained on; the vector env adds the
+    env, the step and the copy (`vector.EnvOutputError`)."""
+
+    def __init__(self, field: str, problem: str, agent: str | None = None) -> None:
+        super().__init__(f"{problem} as the {field} of agent {agent!r}")
+        self.field, self.problem, self.agent = field, problem, agent
+
+
+NUMERIC_KINDS = frozenset("biuf")
+"""numpy dtype kinds an observation may have: bool, ints, floats."""
+
+
 @dataclass
 class StepBuffers:
-    """One vector step's outputs; index [agent position][copy]."""
+    """One vector step's outputs; index [agent position][copy]. Rewards and observations are
+    views of one float32 array (`numbers`), so one `np.isfinite` checks the whole step."""
 
     obs: list[np.ndarray]
     """Per agent, float32 [num_envs, obs_dim]."""
@@ -52,6 +72,8 @@ class StepBuffers:
     action_masks: list[np.ndarray] | None = None
     """Per agent, bool [num_envs, n_actions]: the legal actions at the observation in `obs`;
     None when the env has no masks."""
+    numbers: np.ndarray | None = None
+    """float32, flat: the rewards and then every agent's observations, which are views of it."""
 
     @classmethod
     def empty(
@@ -63,14 +85,20 @@ class StepBuffers:
     ) -> StepBuffers:
         """Buffers for one step; mask arrays only when `n_actions` (the env has masks)."""
         shape = (len(obs_dims), num_envs)
+        numbers = np.empty(num_envs * (len(obs_dims) + sum(obs_dims)), np.float32)
+        obs, start = [], len(obs_dims) * num_envs
+        for d in obs_dims:
+            obs.append(numbers[start : start + num_envs * d].reshape(num_envs, d))
+            start += num_envs * d
         return cls(
-            obs=[np.empty((num_envs, d), dtype=np.float32) for d in obs_dims],
-            rewards=np.empty(shape, dtype=np.float32),
+            obs=obs,
+            rewards=numbers[: len(obs_dims) * num_envs].reshape(shape),
             terminations=np.empty(shape, dtype=bool),
             truncations=np.empty(shape, dtype=bool),
             active=np.ones(shape, dtype=bool),
             state=None if state_dim is None else np.empty((num_envs, state_dim), np.float32),
             action_masks=empty_masks(n_actions, num_envs),
+            numbers=numbers,
         )
 
 
@@ -140,7 +168,7 @@ class GymnasiumCopy:
 
     def reset_into(self, seed: int | None, i: int, obs: list[np.ndarray]) -> None:
         first, info = self.env.reset(seed=seed)
-        obs[0][i] = self._last = self._flat(first)
+        obs[0][i] = self._last = self._checked_flat(first)
         self._mask = info.get("action_mask")
         self.has_masks = self.has_masks or self._mask is not None
 
@@ -149,14 +177,26 @@ class GymnasiumCopy:
         obs, reward, terminated, truncated, info = self.env.step(action)
         if self.has_masks:
             self._mask = info.get("action_mask")
-        out.obs[0][i] = self._last = self._flat(obs)
-        out.rewards[0, i] = reward
+        out.obs[0][i] = self._last = self._checked_flat(obs)
+        if reward is None:  # numpy would store it as NaN
+            raise BadOutput("reward", "None", SINGLE_AGENT_ID)
+        try:
+            out.rewards[0, i] = reward
+        except (TypeError, ValueError) as err:
+            raise BadOutput("reward", not_a_number(reward), SINGLE_AGENT_ID) from err
         out.terminations[0, i] = terminated
         out.truncations[0, i] = truncated
         return terminated or truncated
 
     def close(self) -> None:
         self.env.close()
+
+    def _checked_flat(self, obs: Any) -> Any:
+        try:
+            return self._flat(obs)
+        except BadOutput as bad:
+            bad.agent = SINGLE_AGENT_ID
+            raise
 
 
 class PettingZooSpaces:
@@ -219,7 +259,13 @@ class ParallelCopy(PettingZooSpaces):
         obs, rewards, terms, truncs, _ = self.env.step(sent)
         self._write_obs(obs, i, out.obs)
         for k, agent in enumerate(self.agents):
-            out.rewards[k, i] = rewards.get(agent, 0.0)
+            reward = rewards.get(agent, 0.0)
+            if reward is None:  # numpy would store it as NaN
+                raise BadOutput("reward", "None", agent)
+            try:
+                out.rewards[k, i] = reward
+            except (TypeError, ValueError) as err:
+                raise BadOutput("reward", not_a_number(reward), agent) from err
             out.terminations[k, i] = terms.get(agent, agent not in live)
             out.truncations[k, i] = truncs.get(agent, False)
             out.active[k, i] = agent in live
@@ -232,7 +278,11 @@ class ParallelCopy(PettingZooSpaces):
         if self.has_masks:
             obs = self._split_masks(obs)
         for k, agent in enumerate(self.agents):
-            arrays[k][i] = self._flat[k](obs[agent]) if agent in obs else 0.0
+            try:
+                arrays[k][i] = self._flat[k](obs[agent]) if agent in obs else 0.0
+            except BadOutput as bad:
+                bad.agent = agent
+                raise
             if not self._own_state:
                 self._last[k] = arrays[k][i]
 
@@ -258,10 +308,22 @@ def observation_part(space: gymnasium.Space) -> gymnasium.Space:
 
 
 def flattener(space: gymnasium.Space, env_id: str) -> Callable[[Any], Any]:
-    """A function turning one observation into a 1-D array; identity for 1-D boxes (the common
-    case costs nothing)."""
+    """A function turning one observation into a 1-D array, raising `BadOutput` for one that
+    does not fit the space; for a 1-D box, a numeric array of its shape passes as it is (the
+    common case costs three comparisons)."""
     if isinstance(space, gymnasium.spaces.Box):
-        return (lambda obs: obs) if len(space.shape) == 1 else (lambda obs: np.reshape(obs, -1))
+        shape = space.shape
+
+        def box(obs: Any) -> Any:
+            if (
+                obs.__class__ is np.ndarray
+                and obs.shape == shape
+                and obs.dtype.kind in NUMERIC_KINDS
+            ):
+                return obs if len(shape) == 1 else obs.reshape(-1)
+            return conform(obs, shape).reshape(-1)
+
+        return box
     try:
         gymnasium.spaces.flatdim(space)
     except (ValueError, NotImplementedError) as exc:
@@ -269,7 +331,42 @@ def flattener(space: gymnasium.Space, env_id: str) -> Callable[[Any], Any]:
             f"{env_id} has observation space {space}, which cannot be flattened to a vector",
             "wrap the environment so that it returns Box (or Discrete/MultiDiscrete) observations",
         ) from exc
-    return lambda obs: gymnasium.spaces.flatten(space, obs)
+
+    def other(obs: Any) -> Any:
+        try:
+            return gymnasium.spaces.flatten(space, obs)
+        except (TypeError, ValueError, KeyError, AssertionError) as err:
+            raise BadOutput("observation", f"{describe(obs)}, which {space} cannot hold") from err
+
+    return other
+
+
+def conform(obs: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """`obs` as an array of `shape` with a numeric dtype (a list, a float64 array), or
+    `BadOutput` saying what it is instead."""
+    try:
+        array = np.asarray(obs)
+    except (TypeError, ValueError) as err:  # ragged lists
+        raise BadOutput("observation", describe(obs)) from err
+    if array.dtype.kind not in NUMERIC_KINDS:
+        raise BadOutput("observation", describe(obs))
+    if array.shape != shape:
+        raise BadOutput("observation", f"shape {array.shape} (its space says {shape})")
+    return array
+
+
+def describe(value: Any) -> str:
+    """A short account of an observation that does not fit: None, or its type, dtype, shape."""
+    if value is None:
+        return "None"
+    if isinstance(value, np.ndarray):
+        return f"an array of dtype {value.dtype} and shape {value.shape}"
+    return f"a {type(value).__name__}"
+
+
+def not_a_number(reward: Any) -> str:
+    """What a reward that numpy refused to store as a float is."""
+    return f"a {type(reward).__name__} ({str(reward)[:40]})"
 
 
 def action_offset(space: gymnasium.Space) -> int:

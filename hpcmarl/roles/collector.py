@@ -25,6 +25,7 @@ from ..algos.contract import Actor, PolicySpec
 from ..comm.protocol import Message
 from ..comm.transport import LocalTransport
 from ..core import Batch, Role
+from ..errors import EnvOutputError
 from ..items.writers import ItemWriter, StepRecord
 from ..population import server_for
 from .acting import Memory, act_all
@@ -227,6 +228,8 @@ class Collector(Role):
         )
         try:
             step = self.env.step(actions)
+        except EnvOutputError:
+            raise  # what the env returns is wrong, and will be again: no retry
         except Exception as err:  # noqa: BLE001 - an environment may fail; the task is lost
             self.abandon_task(err)
             return
