@@ -428,7 +428,7 @@ class Commander(Role):
         if not force and now - self.last_progress < self.cfg.commander.progress_interval_s:
             return False
         self.last_progress = now
-        self.sink.progress(self.stats.progress_row())
+        self.sink.progress(self.stats.progress_row(self.schedule.progress()))
         return True
 
 

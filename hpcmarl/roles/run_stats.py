@@ -109,7 +109,9 @@ class RunStats:
         lags = [max(0, v - self.collector_versions.get(k, 0)) for k, v in self.versions.items()]
         return max(lags) if lags else None
 
-    def progress_row(self) -> dict[str, Any]:
+    def progress_row(self, schedule_done: float | None = None) -> dict[str, Any]:
+        """The progress line's figures; `schedule_done` is the fraction of the schedule's own
+        budget done (PSRO's iterations), None when it has none."""
         now, updates = time.monotonic(), self.total_updates()
         then, steps_then, updates_then = self._last
         dt = max(now - then, 1e-9)
@@ -130,20 +132,34 @@ class RunStats:
             "replay_evicted": self.replay_evicted(),
             "replay_dropped": self.replay_dropped(),
             "version_lag": self.version_lag(),
-            "eta_s": self.eta(steps_per_s, updates_per_s),
+            "eta_s": self.eta(steps_per_s, updates_per_s, schedule_done),
         }
 
-    def eta(self, steps_per_s: float, updates_per_s: float) -> float | None:
-        """Seconds to the first budget that will run out at the current rates."""
-        b = self.budget
-        left = []
+    def eta(
+        self, steps_per_s: float, updates_per_s: float, schedule_done: float | None = None
+    ) -> float | None:
+        """Seconds to the first budget that will run out at the current rates. A schedule with
+        a budget of its own (PSRO's iterations) is timed by it: elapsed x left / done. Its env
+        steps and updates come in phases (none while it scores), so their rates would time
+        the job's step budget, which such a job sets out of reach (kuhn_psro: 10^8)."""
+        if schedule_done is None:
+            left = self.rate_estimates(steps_per_s, updates_per_s)
+        elif schedule_done > 0:
+            left = [self.elapsed() * (1.0 - schedule_done) / schedule_done]
+        else:
+            left = []
+        if self.budget.max_wall_time_s:
+            left.append(self.budget.max_wall_time_s - self.elapsed())
+        return round(max(0.0, min(left)), 1) if left else None
+
+    def rate_estimates(self, steps_per_s: float, updates_per_s: float) -> list[float]:
+        """Seconds left to the env-step and update budgets at the current rates."""
+        b, left = self.budget, []
         if steps_per_s > 0 and not self.offline:
             left.append((b.max_env_steps - self.env_steps) / steps_per_s)
         if b.max_updates and updates_per_s > 0:
             left.append((b.max_updates - self.total_updates()) / updates_per_s)
-        if b.max_wall_time_s:
-            left.append(b.max_wall_time_s - self.elapsed())
-        return round(max(0.0, min(left)), 1) if left else None
+        return left
 
 
 def _mean(values: deque[float]) -> float | None:

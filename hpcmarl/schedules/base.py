@@ -113,6 +113,11 @@ class Schedule:
         """Why the schedule's own work is complete (PSRO's iteration limit), or None."""
         return None
 
+    def progress(self) -> float | None:
+        """The fraction done of the schedule's own budget (PSRO's iterations), None when it
+        has none: the progress line's ETA then follows the env-step and update budgets."""
+        return None
+
     def state(self) -> dict[str, Any]:
         return {}
 

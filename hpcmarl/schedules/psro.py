@@ -163,6 +163,25 @@ class PSRO(Schedule):
             return f"psro.iterations reached ({self.iteration} iterations)"
         return None
 
+    def progress(self) -> float | None:
+        """Iterations done of `psro.iterations`, the one in hand counted by how much of its
+        training is done (its matchups and scoring count as done)."""
+        if not self.cfg.iterations:
+            return None
+        done = self.iteration if self.phase == "between" else self.iteration - 1
+        if self.phase == "train":
+            done += self.training_done()
+        elif self.phase in ("evaluate", "score"):
+            done += 1
+        return min(max(done, 0) / self.cfg.iterations, 1.0)
+
+    def training_done(self) -> float:
+        """How much of the iteration's updates (off-policy, and of its env steps) is done."""
+        parts = [min(self.updates.values(), default=0) / self.cfg.updates_per_iteration]
+        if not self.on_policy:
+            parts.append(sum(self.steps) / self.cfg.steps_per_iteration)
+        return min(1.0, *parts)
+
     def additions(self) -> list[tuple[PolicySpec, str]]:
         added, self.pending_policies = self.pending_policies, []
         return added
