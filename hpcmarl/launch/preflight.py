@@ -14,6 +14,7 @@ import time
 from ..config.loader import save_resolved
 from ..config.schema import JobConfig
 from ..errors import ConfigError, UserError
+from .run_lock import MARKER_NAME, abandon_run_dir, lock_run_dir, refuse_foreign_dir
 from .topology import Topology
 
 
@@ -41,8 +42,21 @@ def run_dir_of(cfg: JobConfig) -> str:
     )
 
 
+def claim_run_dir(run_dir: str) -> None:
+    """Before rank 0 reads anything in an existing run directory: refuse a folder of the
+    user's that is not a run, and one that another job is running in (run_lock.py)."""
+    if not os.path.isdir(run_dir):
+        return  # created, and locked, by create_run_dir
+    try:
+        lock_run_dir(run_dir)
+    except OSError:
+        return  # not writable: create_run_dir says so, with the fix
+    refuse_foreign_dir(run_dir)  # the lock file made for it is removed again on refusal
+
+
 def create_run_dir(cfg: JobConfig, run_dir: str) -> None:
-    """Create the run directory and write the resolved job into it (`config.yaml`).
+    """Create the run directory, lock it for this job, mark it as a run and write the
+    resolved job into it (`config.yaml`).
 
     This is the run's first write, so a directory that cannot be created or written is found
     here, with the fix; the directories made on the way are removed again, so a refused job
@@ -52,8 +66,14 @@ def create_run_dir(cfg: JobConfig, run_dir: str) -> None:
     made = _missing_dirs(run_dir)
     try:
         os.makedirs(run_dir, exist_ok=True)
+        lock_run_dir(run_dir)
+        marker = os.path.join(run_dir, MARKER_NAME)
+        if not os.path.exists(marker):
+            with open(marker, "w") as fh:
+                fh.write("an hpcmarl run directory: hpcmarl writes into it only\n")
         save_resolved(cfg, os.path.join(run_dir, "config.yaml"))
     except OSError as err:
+        abandon_run_dir()
         for path in made:
             try:
                 os.rmdir(path)

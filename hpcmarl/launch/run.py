@@ -35,9 +35,10 @@ from .build import (
     storage_form,
 )
 from .memory import Node, check_memory, gather_nodes, storage_line
-from .preflight import check_allreduce, create_run_dir, run_dir_of
+from .preflight import check_allreduce, claim_run_dir, create_run_dir, run_dir_of
 from .profiling import profiled
 from .resume import find_resume_point, restore_roles
+from .run_lock import abandon_run_dir, release_run_dir
 from .signal_lead import check_signal_lead
 from .topology import Topology, build_topology
 
@@ -80,9 +81,13 @@ def run_job(job_path: str | None, overrides: list[str]) -> int:
             return UserError.exit_code
         plan = expand_plan(outcome[1], nodes)
     except Exception as err:  # noqa: BLE001 - a rank that fails before the loop ends the world
+        abandon_run_dir()
         fail_rank(rank, None, err, "runs", comm)
         return 1
-    return run_rank(plan, comm, rank)
+    try:
+        return run_rank(plan, comm, rank)
+    finally:
+        release_run_dir()  # rank 0's lock (run_lock.py); a no-op on the other ranks
 
 
 def world_comm() -> Any:
@@ -109,6 +114,7 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
         if cfg.offline.dataset:  # what the saved job names must not depend on the cwd
             cfg.offline.dataset = os.path.abspath(cfg.offline.dataset)
         run_dir = cfg.runtime.run_dir = run_dir_of(cfg)
+        claim_run_dir(run_dir)
         resume_id = find_resume_point(cfg, run_dir)
         offline = plan_offline(cfg, spec, fresh=resume_id is None)
         create_run_dir(cfg, run_dir)
@@ -117,6 +123,7 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
             if line:
                 print(line, flush=True)
     except UserError as err:
+        abandon_run_dir()
         return ("error", err.message())
     return ("ok", (job_to_dict(cfg), spec, run_dir, resume_id))
 
