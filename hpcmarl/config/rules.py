@@ -187,6 +187,9 @@ RULES: dict[str, Rule] = {
     "commander.max_wall_time_s": at_least(0),
     "commander.eval_interval_s": above(0),
     "commander.eval_episodes": at_least(1),
+    "commander.eval_max_episode_steps": Rule(
+        lambda v: v is None or v >= 1, "must be >= 1 or null", "a positive integer or null"
+    ),
     "commander.stop_evals": at_least(1),
     "commander.collector_task_space": at_least(0),
     "commander.progress_interval_s": above(0),

@@ -155,6 +155,9 @@ class GymnasiumCopy:
         self.action_spaces = {SINGLE_AGENT_ID: env.action_space}
         self._flat = flattener(env.observation_space, env_id)
         self._offset = action_offset(env.action_space)
+        limit = getattr(getattr(env, "spec", None), "max_episode_steps", None)
+        self.time_limit = limit if limit is not None and limit > 0 else None
+        """The env's own episode limit (its TimeLimit), or None: its episodes may never end."""
         self.state_dim = gymnasium.spaces.flatdim(env.observation_space)
         self._last: Any = None
         self.has_masks = False

@@ -103,6 +103,18 @@ class MultiAgentVectorEnv:
         self._n_actions: list[int] | None = None
 
     @property
+    def time_limit(self) -> int | None:
+        """The env's own episode limit (a gymnasium TimeLimit), or None where it has none or
+        it is not known (PettingZoo and OpenSpiel envs)."""
+        return getattr(self._copies[0], "time_limit", None)
+
+    @property
+    def unlimited(self) -> bool:
+        """The env is known to have no time limit (a gymnasium env without a TimeLimit): its
+        episodes may never end."""
+        return hasattr(self._copies[0], "time_limit") and self.time_limit is None
+
+    @property
     def has_masks(self) -> bool:
         """Whether the env supplies legal-action masks; known once `reset()` has run."""
         return self._n_actions is not None

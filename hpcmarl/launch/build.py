@@ -61,6 +61,10 @@ class EnvSpec:
     """The env supplies legal-action masks (they become item columns and actor inputs)."""
     turn_based: bool = False
     """One agent acts per step: transitions span from an agent's turn to its next one."""
+    time_limit: int | None = None
+    """The env's own episode limit (a gymnasium TimeLimit), if it has one we know of."""
+    unlimited: bool = False
+    """The env is known to have no time limit: its episodes may never end."""
 
     @property
     def policies(self) -> list[str]:
@@ -114,6 +118,8 @@ def probe_env(cfg: JobConfig) -> EnvSpec:
         env.state_dim,
         action_masks=env.has_masks,
         turn_based=env.turn_based,
+        time_limit=env.time_limit,
+        unlimited=env.unlimited,
     )
     spec.groups = resolve_groups(cfg.agents.groups, spec.policies) if cfg.agents.groups else None
     spaces = {a: env.observation_space(a) for a in env.agents}
@@ -123,6 +129,29 @@ def probe_env(cfg: JobConfig) -> EnvSpec:
     check_items(cfg, spec)
     check_storage(cfg, spec, spaces)
     return spec
+
+
+DEFAULT_EVAL_MAX_STEPS = 10_000
+"""Where an env has no time limit of its own, evaluation episodes end after this many steps."""
+
+
+def eval_episode_cap(cfg: JobConfig, spec: EnvSpec) -> int:
+    """Steps after which an evaluation episode is cut: the job's, the env's, or the default."""
+    if cfg.commander.eval_max_episode_steps is not None:
+        return cfg.commander.eval_max_episode_steps
+    return spec.time_limit or DEFAULT_EVAL_MAX_STEPS
+
+
+def time_limit_line(cfg: JobConfig, spec: EnvSpec) -> str:
+    """A start-up warning for an env whose episodes may never end, else nothing."""
+    if not spec.unlimited:
+        return ""
+    return (
+        f"hpcmarl: warning: {cfg.env.id} has no time limit, so its episodes may never end; "
+        f"evaluation episodes are cut at {eval_episode_cap(cfg, spec):,} steps "
+        "(commander.eval_max_episode_steps) and counted as truncated; give the env a limit "
+        "(env.kwargs.max_episode_steps=N, or a gymnasium TimeLimit) if it should have one"
+    )
 
 
 def storage_form(cfg: JobConfig) -> StorageForm:
@@ -502,6 +531,7 @@ def transition_log_writers(cfg: JobConfig, spec: EnvSpec, num_envs: int) -> dict
     one-step transitions: logs always hold per-agent one-step rows (docs/replay-format.md)."""
     from ..algos.dqn import transition_item
 
+        eval_max_steps=eval_episode_cap(cfg, spec),
     writers = {}
     agent_ids = {a: i for i, a in enumerate(spec.agents)}
     for agent in spec.agents:

@@ -33,6 +33,7 @@ from .build import (
     item_specs,
     probe_env,
     storage_form,
+    time_limit_line,
 )
 from .memory import Node, check_memory, gather_nodes, storage_line
 from .preflight import check_allreduce, claim_run_dir, create_run_dir, run_dir_of
@@ -119,7 +120,8 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
         offline = plan_offline(cfg, spec, fresh=resume_id is None)
         create_run_dir(cfg, run_dir)
         lead = check_signal_lead(cfg, spec, topology, nodes, run_dir)
-        for line in (offline, storage_line(item_specs(cfg, spec), storage_form(cfg)), lead):
+        storage = storage_line(item_specs(cfg, spec), storage_form(cfg))
+        for line in (offline, storage, lead, time_limit_line(cfg, spec)):
             if line:
                 print(line, flush=True)
     except UserError as err:

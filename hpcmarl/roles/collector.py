@@ -56,6 +56,7 @@ class Collector(Role):
         replay_log: Any = None,
         log_writers: dict[str, ItemWriter] | None = None,
         score: Callable[[list[list[Actor]], list[list[float]]], dict[str, float]] | None = None,
+        eval_max_steps: int = 10_000,
     ) -> None:
         super().__init__(name, transport)
         self.env, self.writers, self.shards, self.servers = env, writers, shards, servers
@@ -65,6 +66,8 @@ class Collector(Role):
         self.replay_log, self.log_writers = replay_log, log_writers or {}
         self.score = score
         """Exploitability of a meta-strategy over populations of actors (PSRO jobs)."""
+        self.eval_max_steps = eval_max_steps
+        """Steps after which an evaluation episode is cut (`Evaluation`)."""
         self.all_writers = [*writers.values(), *self.log_writers.values()]
         self.env_failures = 0
         self.unacked = 0
@@ -126,7 +129,9 @@ class Collector(Role):
             self.pull_weights(self.task.get("versions"))
             env = self.make_eval_env(self.task["episodes"], self.task.get("seed"))
             greedy = frozenset(self.task["greedy"]) if "greedy" in self.task else True
-            self.evaluation = Evaluation(env, self.actors, self.bindings, greedy)
+            self.evaluation = Evaluation(
+                env, self.actors, self.bindings, greedy, self.eval_max_steps
+            )
         elif self.task["kind"] == "exploitability":
             self.pull_weights(self.task["versions"])
         elif self.deterministic or self.task.get("fresh"):

@@ -307,9 +307,11 @@ class Commander(Role):
         per_agent = ""
         if len(agents) > 1:
             per_agent = " (" + ", ".join(f"{a} {r:.1f}" for a, r in agents.items()) + ")"
+        cut = result.get("truncated", 0)
+        cut_note = f" ({cut} cut at commander.eval_max_episode_steps)" if cut else ""
         self.sink.say(
             f"hpcmarl: eval return {value:.1f} +- {result['return_std']:.1f}{per_agent} over "
-            f"{result['episodes']} episodes at {self.position()}"
+            f"{result['episodes']} episodes{cut_note} at {self.position()}"
         )
         target, in_a_row = self.cfg.commander.stop_value, self.cfg.commander.stop_evals
         if target is None or self.phase != "running":

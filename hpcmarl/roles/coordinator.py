@@ -238,17 +238,29 @@ class CheckpointCoordinator:
         if cut.requested and not cut.cutting:
             limit += cut.nbytes / (SHARED_WRITE_RATE_FLOOR if cut.resumed else WRITE_RATE_FLOOR)
         if time.monotonic() - cut.started > limit:
-            silent = (
-                sorted(cut.cutting or cut.writing)
-                if cut.requested
-                else sorted(set(self.commander.running.values()) | self.starting_learners())
-            )
             raise RuntimeError(
-                f"checkpoint {cut.id} not finished after {limit:g} s "
-                f"({cut.nbytes / 1e6:.0f} MB to write); waiting for: {', '.join(silent)}; "
-                "raise checkpoint.timeout_s if the run directory's filesystem is this slow"
+                f"checkpoint {cut.id} not finished after {limit:g} s; " + self.waiting_for(cut)
             )
 
+    def waiting_for(self, cut: Cut) -> str:
+        """Who holds the checkpoint up and doing what, with the fix for that stage: tasks that
+        do not end (an evaluation of an env without a time limit) before the cut, a slow
+        filesystem after it."""
+        if cut.requested:
+            silent = ", ".join(sorted(cut.cutting or cut.writing))
+            return (
+                f"{cut.nbytes / 1e6:.0f} MB to write; waiting for: {silent}; raise "
+                "checkpoint.timeout_s if the run directory's filesystem is this slow"
+            )
+
+        running = self.commander.running.items()
+        busy = [f"{role} (running {task_id})" for task_id, role in sorted(running)]
+        busy += [f"{learner} (starting)" for learner in sorted(self.starting_learners())]
+        return (
+            f"waiting for tasks to end before the cut: {', '.join(busy)}; a task that never "
+            "ends is a bug, or an evaluation whose episodes are too long: lower "
+            "commander.eval_max_episode_steps"
+        )
 
 RESUMABLE_CHANGES = (
     "commander",

@@ -2,7 +2,9 @@
 (A PSRO matchup may name the keys that play greedily; the others sample their policies, as a
 policy-gradient oracle's frozen members do.)
 
-One env copy per episode; each copy counts only its first episode. The return of a
+One env copy per episode; each copy counts only its first episode, cut (and counted as
+truncated) after `max_steps` steps, so that an env that never ends an episode (no time limit)
+cannot hold up the run, its checkpoints and its end. The return of a
 multi-agent episode is the team return (the sum over agents); per-agent returns are kept too,
 with every reward an agent gets, also those that arrive while it is not the one acting (a
 turn-based game's payoff after the opponent's last move).
@@ -27,8 +29,12 @@ class Evaluation:
         actors: dict,
         bindings: dict[str, str],
         greedy: bool | AbstractSet[str] = True,
+        max_steps: int = 10_000,
     ) -> None:
         self.env, self.actors, self.bindings = env, actors, bindings
+        self.max_steps = max_steps
+        self.truncated = np.zeros(env.num_envs, bool)
+        """Episodes cut at `max_steps`."""
         self.greedy = greedy
         self.obs = env.reset()
         self.masks = env.action_masks
@@ -55,6 +61,9 @@ class Evaluation:
             self.agent_returns[agent] += np.where(self.running, rewards, 0.0)
         self.lengths += self.running
         self.running &= ~step.episode_ended
+        cut = self.running & (self.lengths >= self.max_steps)
+        self.truncated |= cut
+        self.running &= ~cut
         self.memory.reset(step.episode_ended)
         self.obs, self.masks = step.observations, step.action_masks
         return not self.running.any()
@@ -67,6 +76,7 @@ class Evaluation:
             "length_mean": float(np.mean(self.lengths)),
             "agent_returns": {a: float(np.mean(r)) for a, r in self.agent_returns.items()},
             "episodes": int(self.env.num_envs),
+            "truncated": int(self.truncated.sum()),
         }
 
     def moments(self, players: list[list[str]]) -> dict[str, Any]:

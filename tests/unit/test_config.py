@@ -308,6 +308,7 @@ BAD_VALUES = {
     "commander.max_wall_time_s": -1,
     "commander.eval_interval_s": 0,
     "commander.eval_episodes": 0,
+    "commander.eval_max_episode_steps": 0,
     "commander.stop_evals": 0,
     "commander.collector_task_space": -1,
     "commander.progress_interval_s": 0,
