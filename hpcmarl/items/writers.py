@@ -91,14 +91,17 @@ def _masks(masks: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
     return masks
 
 
-def _getter(column: Column, agent_ids: dict[str, int]) -> Getter:
+def _getter(column: Column, agent_ids: dict[str, int], agents: list[str]) -> Getter:
+    """How `column` is read from a step record, for a writer of `agents` (the group's own)."""
     if column.name == "agent_id":
         return lambda r, a: agent_ids[a]
     if column.name == "filled":
         return lambda r, a: True
     if column.name == "policy_version":
         if column.per == "group":
-            return lambda r, a: min(r.versions.values())
+            # The oldest of the group's own agents: a frozen opponent bound in the same env
+            # (PSRO) stays at its version, and counting it would make every item look stale.
+            return lambda r, a: min(r.versions[agent] for agent in agents)
         return lambda r, a: r.versions[a]
     if column.name not in _SOURCES:
         raise ValueError(f"no collector writes a column named {column.name!r}")
@@ -117,7 +120,7 @@ class ItemWriter:
         length: int,
     ) -> None:
         self.spec, self.agents, self.num_envs, self.length = spec, agents, num_envs, length
-        self.getters = {c.name: _getter(c, agent_ids) for c in spec.columns}
+        self.getters = {c.name: _getter(c, agent_ids, agents) for c in spec.columns}
         self.agent_ids = agent_ids
         self.t = 0
         self.columns: PackedBatch = self.allocate()

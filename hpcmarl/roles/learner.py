@@ -82,6 +82,12 @@ class GroupTrainer:
     announced: bool = False
     dropped: dict[str, int] = field(default_factory=dict)
     """On-policy: stale fragments each shard dropped while serving this task."""
+    empty: int = 0
+    """On-policy: updates of this task that found no fragment to train on (all dropped, or
+    none assigned). A lone learner skips them: no optimizer step, no new version. A member of
+    a larger group still takes its part in the average (its members must stay in step), with
+    a zero gradient. Either way their statistics are left out of the task's means, which
+    would otherwise report a loss of 0.0 as if something had been learned."""
     stats: list = field(default_factory=list)
     retarget: Retarget | None = None
     keys: dict[str, str] = field(default_factory=dict)
@@ -184,7 +190,7 @@ class Learner(Role):
             self.publish(self.trainers[group])
         for trainer in self.trainers.values():
             trainer.remaining = msg.meta["updates"]
-            trainer.stats, trainer.dropped, trainer.parts = [], {}, {}
+            trainer.stats, trainer.dropped, trainer.parts, trainer.empty = [], {}, {}, 0
             if trainer.on_policy and trainer.remaining:  # (PSRO's retarget task has none)
                 self.request_fragments(trainer, msg.meta["take"].get(trainer.group, {}))
 
@@ -239,7 +245,7 @@ class Learner(Role):
                 trainer.awaiting.add(shard)
                 meta = {"group": trainer.group, "ranges": take[shard], "min_version": min_version}
                 self.send("sample_request", shard, meta)
-        if not trainer.awaiting:  # nothing assigned: the update runs on an empty batch
+        if not trainer.awaiting:  # nothing assigned: an empty batch (see GroupTrainer.empty)
             trainer.samples.append(self.join_parts(trainer))
 
     def join_parts(self, trainer: GroupTrainer) -> Message:
@@ -279,6 +285,11 @@ class Learner(Role):
         msg = trainer.samples.popleft()
         assert msg.arrays is not None
         batch = {c: msg.arrays[c] for c in trainer.items.names}
+        if trainer.on_policy and not items_in(batch):
+            trainer.empty += 1
+            if trainer.averager.size == 1:  # nothing to learn from, and no one to keep pace with
+                trainer.remaining -= 1
+                return True
         weights = msg.arrays.get("weights") if trainer.prioritized else None
         trainer.steps = trainer.algo.update(batch, weights)
         trainer.in_flight = msg
@@ -294,8 +305,9 @@ class Learner(Role):
         trainer.steps, trainer.handle = None, None
         trainer.remaining -= 1
         trainer.averaged += 1
-        trainer.stats.append(result.stats)
         msg, trainer.in_flight = trainer.in_flight, None
+        if msg is None or msg.arrays is None or items_in(msg.arrays):
+            trainer.stats.append(result.stats)
         if trainer.prioritized and result.priorities is not None and msg is not None:
             self.send_priorities(trainer, msg, result.priorities)
         if trainer.on_policy or trainer.algo.updates % self.cfg.push_interval == 0:
@@ -374,6 +386,7 @@ class Learner(Role):
                 "updates": trainer.updates,
                 "version": trainer.version,
                 "dropped": dict(trainer.dropped),
+                "empty_updates": trainer.empty,
             }
         return {"role": self.name, "groups": per_group}
 
@@ -413,3 +426,8 @@ class Learner(Role):
 
     def updates(self) -> int:
         return sum(t.updates for t in self.trainers.values())
+
+
+def items_in(batch: dict[str, np.ndarray]) -> int:
+    """How many items a batch holds (every column has one row per item)."""
+    return len(next(iter(batch.values())))

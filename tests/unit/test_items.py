@@ -55,8 +55,11 @@ def test_packing_round_trip_is_one_buffer_with_the_declared_shapes() -> None:
         spec.check(wrong)
 
 
-def records(steps: int, num_envs: int = 2, seed: int = 0) -> list[StepRecord]:
-    """Real steps of the early-exit env: `quitter` finishes after 3 steps, `runner` after 8."""
+def records(
+    steps: int, num_envs: int = 2, seed: int = 0, versions: dict[str, int] | None = None
+) -> list[StepRecord]:
+    """Real steps of the early-exit env: `quitter` finishes after 3 steps, `runner` after 8;
+    every agent acts with weight version 3 unless `versions` says otherwise."""
     env = make_vector_env(EARLY_EXIT, num_envs, seed, with_state=True)
     obs, out = env.reset(), []
     ids, lengths = np.arange(num_envs, dtype=np.int64), np.zeros(num_envs, np.int32)
@@ -65,9 +68,9 @@ def records(steps: int, num_envs: int = 2, seed: int = 0) -> list[StepRecord]:
         actions = {a: np.ones(num_envs, np.int64) for a in env.agents}
         step = env.step(actions)
         log_probs = {a: {"log_probs": np.full(num_envs, -0.5, np.float32)} for a in env.agents}
-        versions = dict.fromkeys(env.agents, 3)
+        acted = versions or dict.fromkeys(env.agents, 3)
         out.append(
-            StepRecord(obs, actions, step, ids.copy(), lengths.copy(), versions, state, log_probs)
+            StepRecord(obs, actions, step, ids.copy(), lengths.copy(), acted, state, log_probs)
         )
         lengths = np.where(step.episode_ended, 0, lengths + 1).astype(np.int32)
         obs = step.observations
@@ -114,3 +117,24 @@ def test_fragment_writer_keeps_every_step_and_marks_who_was_active() -> None:
     np.testing.assert_array_equal(batch["state"][:, 0], steps[0].state)
     np.testing.assert_array_equal(batch["next_state"][:, 7], steps[7].step.next_states)
     assert (batch["policy_version"] == 3).all() and (batch["log_probs"] == -0.5).all()
+
+
+def test_a_groups_fragments_carry_its_own_version_not_a_frozen_opponents() -> None:
+    # PSRO: the learning player's group at version 5 shares the env with a frozen opponent
+    # whose policy stays at version 1. Each group's fragments carry its own agents' version;
+    # the minimum over the env made every fragment of the learner look 4 versions stale.
+    spec = ItemSpec(
+        "fragment",
+        (Column("actions", "<i8"), Column("policy_version", "<i8", per="group")),
+        agents=1,
+        length=4,
+    )
+    agent_ids = {"quitter": 0, "runner": 1}
+    learning = FragmentWriter(spec, ["quitter"], agent_ids, num_envs=2, length=4)
+    frozen = FragmentWriter(spec, ["runner"], agent_ids, num_envs=2, length=4)
+    for record in records(4, versions={"quitter": 5, "runner": 1}):
+        for writer in (learning, frozen):
+            writer.add(record)
+            writer.advance()
+    assert learning.batch()["policy_version"].tolist() == [[5] * 4] * 2
+    assert frozen.batch()["policy_version"].tolist() == [[1] * 4] * 2

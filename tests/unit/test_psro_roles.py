@@ -1,7 +1,8 @@
 """What PSRO asks of the generic roles, checked on real roles in one process: a replay shard
 keeps only the newest generation of a group's items (and returns every credit), a learner
-switches a group to new keys with fresh networks and publishes them at once, and a PSRO job
-that does not fit is refused at start-up in one message."""
+switches a group to new keys with fresh networks and publishes them at once, a lone learner
+skips an update whose fragments were all too old, and a PSRO job that does not fit is refused
+at start-up in one message."""
 
 from __future__ import annotations
 
@@ -118,3 +119,41 @@ def test_exploitability_needs_a_zero_sum_game() -> None:
     cfg = load_job(JOB, ["env.id=tiny_hanabi"])
     with pytest.raises(EnvError, match="psro.exploitability: .*not zero-sum"):
         probe_env(cfg)
+
+
+def test_a_lone_learner_skips_an_update_whose_fragments_were_all_stale() -> None:
+    # PPO as PSRO's oracle: the shard drops fragments older than max_policy_lag versions.
+    # An update left with none must not step the optimizer, publish a version or report a
+    # loss of 0.0 as if it had trained: it is skipped and counted.
+    cfg, spec, topology, transport = world(
+        "learner.algo=mappo", "learner.ppo.max_policy_lag=1", "psro.exploitability=false"
+    )
+    shard = build_replay_shard(cfg, spec, topology, transport, "replay0")
+    (name,) = topology.names("learner")
+    learner = build_learner(cfg, spec, topology, transport, None, name)
+    commander: deque[Message] = transport.register("commander")
+    pushes: deque[Message] = transport.register("ps0")
+    transport.register("collector0")
+    stale = batch_of(cfg, spec, "player_0", 4, 1.0)
+    stale["policy_version"][:] = 1
+    meta = {"group": "player_0", "items": 4, "generation": 0}
+    transport.send(Message("batch", "collector0", "replay0", meta, stale))
+    shard.poll()
+    trainer = learner.trainers["player_0"]
+    learner.started, trainer.version = True, 3  # two updates on: version 1 is too old
+    before = trainer.algo.group_weights().copy()
+    take = {"player_0": {"replay0": [[0, 4]]}}
+    task = {"task_id": "t/learner0", "updates": 1, "take": take}
+    transport.send(Message("task", "commander", name, task))
+    for _ in range(100):  # until the task is done (an update on nothing took several polls)
+        learner.poll()
+        shard.poll()
+        if any(m.kind == "task_done" for m in commander):
+            break
+    (done,) = [m for m in commander if m.kind == "task_done"]
+    row = done.meta["stats"]["groups"]["player_0"]
+    assert row["dropped"] == {"replay0": 4}
+    assert "policy_loss" not in row and row["updates"] == 0 and row["version"] == 3
+    assert row["empty_updates"] == 1
+    np.testing.assert_array_equal(trainer.algo.group_weights(), before)
+    assert not [m for m in pushes if m.kind == "weights_push"]
