@@ -1,6 +1,17 @@
 #!/usr/bin/env bash
 # The virtualenv's mpirun with what a workstation needs: Open MPI refuses to run as root unless
 # told it may, and refuses more ranks than cores unless allowed to oversubscribe.
+#
+# Signals: Open MPI's mpirun ends the ranks at once on TERM, INT (Ctrl-C) and HUP (a dropped
+# ssh session), with no checkpoint. So this script stays mpirun's parent, runs it in a process
+# group of its own (a terminal's Ctrl-C reaches this script only) and turns each of those
+# signals into a request to checkpoint and stop: it writes the signal's name into
+# HPCMARL_SIGNAL_FILE (set here unless the caller, e.g. slurm/train.sh, set it), which the
+# commander reads within a second, also during start-up; if the file is still unread after
+# RELAY_AFTER_S seconds (the commander on another host, where the file is not), it sends
+# SIGUSR2, which mpirun forwards to every rank. USR1 and USR2 sent to this script go to mpirun,
+# which forwards them. A second signal of the same kind is relayed again; KILL this script's
+# process group and mpirun's to end the job without a checkpoint.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${HPCMARL_VENV:-$root/.venv}   # .venv-mpich for MPICH (tools/setup.sh --mpi mpich)
@@ -14,4 +25,52 @@ if "$mpirun" --version 2>&1 | grep -q "Open MPI"; then
   fi
 fi
 export PATH="$venv/bin:$PATH"
-exec "$mpirun" "${extra[@]}" "$@"
+
+RELAY_AFTER_S=2
+own_signal_file=""
+if [ -z "${HPCMARL_SIGNAL_FILE:-}" ]; then
+  own_signal_file=$(mktemp -u "${TMPDIR:-/tmp}/hpcmarl-signal.XXXXXXXX")
+  export HPCMARL_SIGNAL_FILE=$own_signal_file
+fi
+
+# TERM, INT or HUP: ask the commander to checkpoint and stop (see the top of this file).
+relay_stop() {
+  echo "hpcmarl-mpirun: got SIG$1: asking the job to checkpoint and stop" >&2
+  echo "SIG$1" >"$HPCMARL_SIGNAL_FILE.tmp" && mv -f "$HPCMARL_SIGNAL_FILE.tmp" "$HPCMARL_SIGNAL_FILE"
+  relay_at=$((SECONDS + RELAY_AFTER_S))
+}
+
+# USR1 / USR2: mpirun forwards them to every rank.
+relay_as_is() { kill -"$1" "$pid" 2>/dev/null || true; }
+
+finish() { [ -z "$own_signal_file" ] || rm -f "$own_signal_file" "$own_signal_file.tmp"; }
+
+relay_at=""
+trap 'relay_stop TERM' TERM
+trap 'relay_stop INT' INT
+trap 'relay_stop HUP' HUP
+trap 'relay_as_is USR1' USR1
+trap 'relay_as_is USR2' USR2
+trap finish EXIT
+set -m # mpirun's own process group: signals to this script's group do not reach it
+if [ -t 0 ]; then
+  "$mpirun" "${extra[@]}" "$@" </dev/null &
+else
+  "$mpirun" "${extra[@]}" "$@" &
+fi
+pid=$!
+set +m
+rc=""
+while [ -z "$rc" ]; do
+  if [ -n "$relay_at" ] && [ "$SECONDS" -ge "$relay_at" ]; then
+    relay_at=""
+    [ ! -e "$HPCMARL_SIGNAL_FILE" ] || relay_as_is USR2
+  fi
+  if ! kill -0 "$pid" 2>/dev/null; then
+    wait "$pid" && rc=0 || rc=$?
+  else
+    sleep 0.2 &
+    wait $! || true
+  fi
+done
+exit "$rc"

@@ -204,7 +204,10 @@ def poll_until_finished(
     for role in roles:
         current[0] = role
         role.start()
+    relays = not any(role.kind == "commander" for role in roles)
     while not all(role.finished for role in roles):
+        if relays:
+            signals.relay_to_commander(transport.rank)
         progressed = transport.poll()
         for role in roles:
             if not role.finished:

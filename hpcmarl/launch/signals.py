@@ -8,6 +8,9 @@ The batch script (`slurm/train.sh`) does not pass Slurm's warning on as a signal
 while the ranks were starting would kill a rank that has no handler yet, or be dropped by a
 launcher that has not started them. It writes the signal's name into the file named by
 `HPCMARL_SIGNAL_FILE` instead, and the commander reads that file as it polls for signals.
+`tools/mpirun.sh` does the same with a TERM, INT or HUP of its own (Open MPI's mpirun would end
+the ranks on those at once), and sends SIGUSR2, which mpirun forwards to every rank, when the
+commander has not read the file (it runs on another host).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ _next_file_check = 0.0
 
 
 def install() -> None:
-    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2):
         signal.signal(sig, _record)
 
 
@@ -40,9 +43,46 @@ def requested() -> str:
     return _received[0] if _received else ""
 
 
+_relayed = 0
+
+
+def relay_to_commander(rank: int) -> None:
+    """A rank without the commander that got TERM, INT or HUP of its own (not the USR1 or USR2
+    the launcher sends every rank, the commander included) passes it on through the signal
+    file, which the commander reads; where there is none, it says that it goes on."""
+    global _relayed
+    own = [name for name in _received[_relayed:] if name in ("SIGTERM", "SIGINT", "SIGHUP")]
+    _relayed = len(_received)
+    if not own:
+        return
+    path = os.environ.get(SIGNAL_FILE_ENV)
+    if path and _write_signal_file(path, own[0]):
+        print(
+            f"hpcmarl: rank {rank} got {own[0]}: asked the commander to checkpoint and stop",
+            flush=True,
+        )
+        return
+    print(
+        f"hpcmarl: rank {rank} got {own[0]}, which only the commander (rank 0) acts on; this "
+        "rank goes on: send it to tools/mpirun.sh or rank 0 to checkpoint and stop",
+        flush=True,
+    )
+
+
+def _write_signal_file(path: str, name: str) -> bool:
+    try:
+        with open(f"{path}.{os.getpid()}.tmp", "w") as fh:
+            fh.write(f"{name}\n")
+        os.replace(f"{path}.{os.getpid()}.tmp", path)
+    except OSError:
+        return False
+    return True
+
+
 def clear() -> None:
-    global _next_file_check
+    global _next_file_check, _relayed
     _received.clear()
+    _relayed = 0
     _next_file_check = 0.0
 
 

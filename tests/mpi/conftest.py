@@ -100,12 +100,26 @@ class BackgroundJob:
             pytest.fail(f"the job hung: {what}")
 
     def kill(self) -> None:
+        """mpirun.sh runs mpirun in a process group of its own: both groups are killed."""
+        for child in children(self.proc.pid):
+            try:
+                os.killpg(child, signal.SIGKILL)
+            except OSError:
+                pass
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.communicate()
 
     @property
     def returncode(self) -> int | None:
         return self.proc.returncode
+
+
+def children(pid: int) -> list[int]:
+    """The pids of a process's children (Linux /proc; none elsewhere)."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
 
 
 def progress_rows(run_dir: Path, at_least: int) -> Callable[[], bool]:
