@@ -459,14 +459,22 @@ def retarget_for(
 
 
 def learner_shards(cfg: JobConfig, topology: Topology, name: str) -> list[str]:
-    """Every shard; in deterministic mode, off-policy, only the learner's own, so that no two
-    learners' requests and priority updates interleave at one shard in an order timing
-    decides (on-policy learners take what the commander assigns them, from any shard)."""
+    """Every shard (on-policy learners take what the commander assigns them, from any shard).
+
+    In deterministic mode, off-policy, the learner's share of them: member j of a group of n
+    learners samples shards j, j + n, ... in turn (`Learner.request_samples`). So no two
+    learners of a group sample one shard, where their requests and priority updates would
+    interleave in an order timing decides, and together they sample every shard, as
+    collectors deal each group's items over every shard. (A group of more learners than
+    shards shares them out: member j samples shard j mod S.)"""
     shards = topology.names("replay_shard")
     on_policy = registry.decl_of(cfg.learner.algo).on_policy
     if not cfg.commander.deterministic or on_policy:
         return shards
-    return [shards[topology.names("learner").index(name) % len(shards)]]
+    group = next(g for g in topology.learners_of_group.values() if name in g)
+    members = sorted(group, key=topology.rank_of.__getitem__)
+    j, n = members.index(name), len(members)
+    return shards[j::n] if n < len(shards) else [shards[j % len(shards)]]
 
 
 def build_collector(

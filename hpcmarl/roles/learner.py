@@ -219,21 +219,30 @@ class Learner(Role):
 
     # -- batches ------------------------------------------------------------------------------
     def request_samples(self, trainer: GroupTrainer) -> None:
-        """Off-policy: keep one request in flight per shard while this task needs batches."""
+        """Off-policy: keep one request in flight per shard while this task needs batches.
+        Deterministic mode asks for one batch at a time, after the last update's priorities
+        went out, from its shards in turn: update u's batch comes from shard u mod S, so a
+        resume (which restores the update count) asks where the uninterrupted run would."""
         if trainer.on_policy:
             return
-        if self.sequential and (trainer.steps is not None or trainer.samples):
-            return  # deterministic mode: the next request follows the last update's priorities
+        if self.sequential:
+            idle = trainer.steps is None and not trainer.samples and not trainer.awaiting
+            if idle and trainer.remaining:
+                self.ask_for_batch(trainer, self.shards[trainer.updates % len(self.shards)])
+            return
         wanted = trainer.remaining - len(trainer.samples) - (trainer.steps is not None)
         for shard in self.shards:
             if wanted <= len(trainer.awaiting):
                 return
             if shard not in trainer.awaiting:
-                trainer.awaiting.add(shard)
-                meta = {"group": trainer.group, "n": self.cfg.batch_size}
-                if trainer.generation:
-                    meta["generation"] = trainer.generation
-                self.send("sample_request", shard, meta)
+                self.ask_for_batch(trainer, shard)
+
+    def ask_for_batch(self, trainer: GroupTrainer, shard: str) -> None:
+        trainer.awaiting.add(shard)
+        meta = {"group": trainer.group, "n": self.cfg.batch_size}
+        if trainer.generation:
+            meta["generation"] = trainer.generation
+        self.send("sample_request", shard, meta)
 
     def request_fragments(self, trainer: GroupTrainer, take: dict[str, list[list[int]]]) -> None:
         """On-policy: ask each shard for the fragments the commander assigned this learner
