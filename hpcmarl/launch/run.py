@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass
@@ -83,7 +84,7 @@ def run_job(job_path: str | None, overrides: list[str]) -> int:
         plan = expand_plan(outcome[1], nodes)
     except Exception as err:  # noqa: BLE001 - a rank that fails before the loop ends the world
         abandon_run_dir()
-        fail_rank(rank, None, err, "runs", comm)
+        fail_rank(rank, None, err, None, comm)
         return 1
     try:
         return run_rank(plan, comm, rank)
@@ -246,10 +247,19 @@ def refuse_on_rank(rank: int, err: UserError, comm: Any) -> None:
         comm.Abort(UserError.exit_code)
 
 
-def fail_rank(rank: int, role: Role | None, err: BaseException, run_dir: str, comm: Any) -> None:
-    """One line naming rank, role and cause; the traceback to a file; then end the world."""
+def fail_rank(
+    rank: int, role: Role | None, err: BaseException, run_dir: str | None, comm: Any
+) -> None:
+    """One line naming rank, role and cause; the traceback to a file; then end the world.
+
+    Before the plan there is no run directory yet (it is created last): the traceback goes to
+    the temporary directory then, never into the working directory."""
     where = role.name if role is not None else "startup"
-    log = os.path.join(run_dir, "logs", f"rank{rank}.traceback")
+    if run_dir is None:
+        name = f"hpcmarl-startup-{os.getpid()}-rank{rank}.traceback"
+        log = os.path.join(tempfile.gettempdir(), name)
+    else:
+        log = os.path.join(run_dir, "logs", f"rank{rank}.traceback")
     try:
         os.makedirs(os.path.dirname(log), exist_ok=True)
         with open(log, "w") as fh:

@@ -103,3 +103,46 @@ def test_a_folder_of_the_users_is_refused_and_left_untouched(
         assert (mine / name).read_text() == text
         assert (mine / name).stat().st_mode & 0o777 == 0o664
     assert sorted(os.listdir(tmp_path)) == ["mine"]
+
+
+RAISING_ENV = """
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+
+class Raising(gymnasium.Env):
+    observation_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        raise RuntimeError("this env breaks at reset")
+
+
+gymnasium.register("Raising-v0", entry_point=Raising)
+"""
+
+
+def test_a_failure_during_start_up_writes_nothing_in_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    """A crash (not a user error) before the run directory exists left ./runs/logs behind in
+    whatever directory the job was started from."""
+    cwd, mods, run_dir = tmp_path / "cwd", tmp_path / "mods", tmp_path / "run"
+    cwd.mkdir()
+    mods.mkdir()
+    (mods / "raising_env.py").write_text(RAISING_ENV)
+    path = os.pathsep.join([str(mods), str(Path(__file__).resolve().parents[2])])
+    result = run_local(
+        ["-m", "hpcmarl", "env.id=raising_env:Raising-v0", f"runtime.run_dir={run_dir}"],
+        timeout=60,
+        env={"PYTHONPATH": path},
+        cwd=cwd,
+    )
+    assert result.returncode == 1
+    lines = [x for x in result.stderr.splitlines() if x.startswith("hpcmarl: failed:")]
+    assert len(lines) == 1 and "this env breaks at reset" in lines[0], result.stderr
+    assert os.listdir(cwd) == []
+    traceback = lines[0].split("[traceback: ")[1].rstrip("]")
+    assert "this env breaks at reset" in Path(traceback).read_text()
+    Path(traceback).unlink()
