@@ -84,9 +84,11 @@ class GroupTrainer:
     """On-policy: stale fragments each shard dropped while serving this task."""
     empty: int = 0
     """On-policy: updates of this task that found no fragment to train on (all dropped, or
-    none assigned). A lone learner skips them: no optimizer step, no new version. A member of
-    a larger group still takes its part in the average (its members must stay in step), with
-    a zero gradient. Either way their statistics are left out of the task's means, which
+    none assigned). A lone learner skips them: no optimizer step (Adam's momentum would still
+    move the weights), but its unchanged weights go out as the next version all the same, as
+    the commander's books count one version per batch assigned (schedules/ledger.py). A member
+    of a larger group still takes its part in the average (its members must stay in step),
+    with a zero gradient. Either way their statistics are left out of the task's means, which
     would otherwise report a loss of 0.0 as if something had been learned."""
     stats: list = field(default_factory=list)
     retarget: Retarget | None = None
@@ -298,6 +300,7 @@ class Learner(Role):
             trainer.empty += 1
             if trainer.averager.size == 1:  # nothing to learn from, and no one to keep pace with
                 trainer.remaining -= 1
+                self.publish(trainer)
                 return True
         weights = msg.arrays.get("weights") if trainer.prioritized else None
         trainer.steps = trainer.algo.update(batch, weights)

@@ -123,8 +123,9 @@ def test_exploitability_needs_a_zero_sum_game() -> None:
 
 def test_a_lone_learner_skips_an_update_whose_fragments_were_all_stale() -> None:
     # PPO as PSRO's oracle: the shard drops fragments older than max_policy_lag versions.
-    # An update left with none must not step the optimizer, publish a version or report a
-    # loss of 0.0 as if it had trained: it is skipped and counted.
+    # An update left with none must not step the optimizer or report a loss of 0.0 as if it
+    # had trained: it is skipped and counted, and its unchanged weights are the next version
+    # (the commander's books count one version per batch).
     cfg, spec, topology, transport = world(
         "learner.algo=mappo", "learner.ppo.max_policy_lag=1", "psro.exploitability=false"
     )
@@ -153,7 +154,9 @@ def test_a_lone_learner_skips_an_update_whose_fragments_were_all_stale() -> None
     (done,) = [m for m in commander if m.kind == "task_done"]
     row = done.meta["stats"]["groups"]["player_0"]
     assert row["dropped"] == {"replay0": 4}
-    assert "policy_loss" not in row and row["updates"] == 0 and row["version"] == 3
-    assert row["empty_updates"] == 1
+    assert "policy_loss" not in row and row["updates"] == 0 and row["empty_updates"] == 1
     np.testing.assert_array_equal(trainer.algo.group_weights(), before)
-    assert not [m for m in pushes if m.kind == "weights_push"]
+    assert row["version"] == 4
+    (push,) = [m for m in pushes if m.kind == "weights_push" and m.meta["key"] in trainer.specs]
+    assert push.arrays is not None
+    np.testing.assert_array_equal(push.arrays["weights"], trainer.algo.publish()[push.meta["key"]])
