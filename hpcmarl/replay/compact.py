@@ -92,80 +92,107 @@ def stored_bytes_per_row(columns: dict[str, tuple[str, tuple[int, ...]]], form: 
 
 
 class SideStore:
-    """Values kept aside for a few rows, keyed by insert id (ids arrive in increasing order).
-    Entries of evicted rows are dropped as the ring moves on; `discard` marks one dead."""
+    """Values kept aside for a few held rows, found by the row's ring slot.
 
-    def __init__(self) -> None:
+    A slot holds one row at a time, so the store maps slot -> an entry of a pool of values, and
+    each entry remembers the insert id it belongs to: a value of a row the ring has evicted is
+    never returned for the row now in its slot. Adding, finding and dropping are one vectorised
+    pass over the rows concerned, whatever the store holds (a sorted list of ids had to merge
+    the whole store whenever an older row's value arrived, which `_pass_on_stacks` does for
+    every batch once the ring is full)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.entry = np.full(capacity, -1, np.int32)
+        """Slot -> its entry in the pool (-1: none)."""
         self.ids = np.zeros(0, np.int64)
+        """Entry -> the insert id of the row it belongs to (-1: free)."""
         self.values: np.ndarray | None = None
-        self.live = np.zeros(0, bool)
-        self._n = 0
+        self.free = np.zeros(0, np.int32)
+        """A stack of free entries: the first `n_free` are free, the next to use last."""
+        self.n_free = 0
 
     def add(self, ids: np.ndarray, values: np.ndarray) -> None:
-        """Keep `values` for rows `ids`; ids older than held ones are merged into order."""
+        """Keep `values` for the held rows `ids` (one per slot), in place of whatever their
+        slots' entries held."""
         if len(ids) == 0:
             return
         if self.values is None:
             self.values = np.zeros((0, *values.shape[1:]), values.dtype)
-        if self._n and ids[0] <= self.ids[self._n - 1]:  # rare: merge, then keep the order
-            state = self.state()
-            merged = np.concatenate([state["ids"], ids])
-            order = np.argsort(merged, kind="stable")
-            all_values = np.concatenate([state["values"], values])
-            self.__init__()  # type: ignore[misc]
-            ids, values = merged[order], all_values[order]
-            self.values = np.zeros((0, *values.shape[1:]), values.dtype)
-        need = self._n + len(ids)
-        if need > len(self.ids):
-            grow = max(need, 2 * len(self.ids), 64)
-            self.ids = np.resize(self.ids, grow)
-            self.live = np.resize(self.live, grow)
-            self.values = np.resize(self.values, (grow, *self.values.shape[1:]))
-        self.ids[self._n : need] = ids
-        self.values[self._n : need] = values
-        self.live[self._n : need] = True
-        self._n = need
+        slots = ids % self.capacity
+        entries = self.entry[slots]
+        new = entries < 0
+        if new.any():
+            entries[new] = self._take(int(new.sum()))
+            self.entry[slots] = entries
+        self.ids[entries] = ids
+        self.values[entries] = values
+
+    def _take(self, n: int) -> np.ndarray:
+        """`n` free entries, the pool grown (doubling) when it has fewer."""
+        if self.n_free < n:
+            assert self.values is not None
+            old = len(self.ids)
+            grow = max(old + n - self.n_free, 2 * old, 64)
+            self.ids = np.concatenate([self.ids, np.full(grow - old, -1, np.int64)])
+            fresh = np.zeros((grow - old, *self.values.shape[1:]), self.values.dtype)
+            self.values = np.concatenate([self.values, fresh])
+            stack = np.concatenate([np.arange(grow - 1, old - 1, -1), self.free[: self.n_free]])
+            self.free = np.zeros(grow, np.int32)  # room for every entry
+            self.free[: len(stack)], self.n_free = stack, len(stack)
+        self.n_free -= n
+        return self.free[self.n_free : self.n_free + n].copy()
+
+    def _held(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The entries of `ids`' slots, and whether each one belongs to its row."""
+        entries = self.entry[ids % self.capacity]
+        if len(self.ids) == 0:
+            return entries, np.zeros(len(ids), bool)
+        return entries, (entries >= 0) & (self.ids[entries] == ids)
 
     def discard(self, ids: np.ndarray) -> None:
-        """Mark the entries of `ids` dead (those present)."""
-        if len(ids) == 0 or self._n == 0:
+        """Drop the entries of `ids` (those present)."""
+        if len(ids) == 0:
             return
-        at = np.minimum(np.searchsorted(self.ids[: self._n], ids), self._n - 1)
-        self.live[at[self.ids[at] == ids]] = False
+        entries, mine = self._held(ids)
+        self._release(ids[mine] % self.capacity, entries[mine])
+
+    def _release(self, slots: np.ndarray, entries: np.ndarray) -> None:
+        self.entry[slots] = -1
+        self.ids[entries] = -1
+        self.free[self.n_free : self.n_free + len(entries)] = entries
+        self.n_free += len(entries)
 
     def get(self, ids: np.ndarray) -> np.ndarray:
         """The values of `ids`, every one of which must be held."""
-        assert self.values is not None
-        at = np.searchsorted(self.ids[: self._n], ids)
-        if np.any(at >= self._n) or np.any(self.ids[np.minimum(at, self._n - 1)] != ids):
+        entries, mine = self._held(ids)
+        if not mine.all():
             raise KeyError("a compact table lost a row's kept-aside value; this is a bug")
-        return self.values[at]
-
-    def drop_before(self, oldest: int) -> None:
-        """Forget entries of rows older than `oldest` and dead ones, once they are a good part."""
-        n = self._n
-        keep = self.live[:n] & (self.ids[:n] >= oldest)
-        if n < 64 or keep.sum() > n // 2:
-            self.live[:n] = keep
-            return
-        self.ids, self.live = self.ids[:n][keep], self.live[:n][keep]
         assert self.values is not None
-        self.values = self.values[:n][keep]
-        self._n = len(self.ids)
+        return self.values[entries]
+
+    def evict(self, slots: np.ndarray) -> None:
+        """The ring is about to overwrite `slots`: their rows' values go."""
+        entries = self.entry[slots]
+        held = entries >= 0
+        if held.any():
+            self._release(slots[held], entries[held])
 
     def nbytes(self) -> int:
         values = 0 if self.values is None else self.values.nbytes
-        return self.ids.nbytes + self.live.nbytes + values
+        return self.entry.nbytes + self.ids.nbytes + self.free.nbytes + values
 
     def state(self) -> dict[str, np.ndarray]:
-        keep = self.live[: self._n]
-        state = {"ids": self.ids[: self._n][keep]}
+        """The held values as (ids, values), oldest row first."""
+        used = np.flatnonzero(self.ids >= 0)
+        used = used[np.argsort(self.ids[used])]
+        state = {"ids": self.ids[used]}
         if self.values is not None:
-            state["values"] = self.values[: self._n][keep]
+            state["values"] = self.values[used]
         return state
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
-        self.__init__()  # type: ignore[misc]
+        self.__init__(self.capacity)  # type: ignore[misc]
         if "values" in state:
             self.add(np.asarray(state["ids"], np.int64), np.asarray(state["values"]))
 
@@ -183,9 +210,9 @@ class CompactTable:
         """Slot -> insert id of the row after it in its run (-1: none held yet)."""
         self._open: dict[int, int] = {}
         """Run key -> insert id of its newest row, for runs that have not ended."""
-        self.first_stacks = SideStore()
+        self.first_stacks = SideStore(capacity)
         """Whole observation stacks of the rows that start a run (stack_num > 1)."""
-        self.next_frames = SideStore()
+        self.next_frames = SideStore(capacity)
         """Next observations (their newest frame) of rows with no successor (ignore_obs_next)."""
 
     # The table's counters, as the shard and its checkpoint read them.
@@ -230,9 +257,11 @@ class CompactTable:
         ids = first_id + np.arange(n, dtype=np.int64)
         oldest = first_id + n - min(self.size + n, capacity)  # the oldest row held afterwards
         self._pass_on_stacks(oldest)
+        for _, store in self._stores():  # the rows the ring overwrites now
+            store.evict(ids % capacity)
         keys = run_keys(batch["episode_id"], batch["agent_id"])
         order, same, prev, nxt = chain_runs(keys, batch["step"], ids)
-        if np.any(order[1:][same] < order[:-1][same]):  # a run's rows out of step order
+        if (np.diff(order)[same] < 0).any():  # a run's rows out of step order
             batch = self._in_step_order(batch)
             keys = run_keys(batch["episode_id"], batch["agent_id"])
             order, same, prev, nxt = chain_runs(keys, batch["step"], ids)
@@ -257,8 +286,6 @@ class CompactTable:
             self._next[held % capacity] = successors
             self.next_frames.discard(held)
         self._keep_aside(batch, ids, prev, nxt)
-        self.first_stacks.drop_before(oldest)
-        self.next_frames.drop_before(oldest)
 
     @staticmethod
     def _in_step_order(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -278,7 +305,7 @@ class CompactTable:
             return
         leaving = np.arange(held_from, min(oldest, self.table.total_inserted))
         heirs = self._next[leaving % self.capacity]
-        heirs = np.unique(heirs[heirs >= oldest])
+        heirs = heirs[heirs >= oldest]  # no two rows share a successor: no repeats
         if len(heirs):
             newest = self.table.column("observations")[heirs % self.capacity]
             self.first_stacks.add(heirs, self._stacks(heirs, newest))
@@ -313,46 +340,60 @@ class CompactTable:
         return self.rebuild(columns, info.insert_ids), info
 
     def rebuild(self, columns: dict[str, np.ndarray], ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Full rows from the stored columns of the rows `ids`."""
+        """Full rows from the stored columns of the rows `ids`; each output row is written
+        once, in place (no temporary per column)."""
         frames = columns["observations"]
-        if self.form.stack_num > 1:
+        k, (n, frame) = self.form.stack_num, frames.shape
+        if k > 1:
             columns["observations"] = self._stacks(ids, frames)
+        if not self.form.ignore_obs_next and k == 1:
+            return columns
+        following = np.empty((n, k * frame), frames.dtype)
+        newest = following[:, (k - 1) * frame :]
         if self.form.ignore_obs_next:
             after = self._next[ids % self.capacity]
-            newest = np.empty_like(frames)
             held = after >= 0
-            newest[held] = self.table.column("observations")[after[held] % self.capacity]
-            if not held.all():
+            stored = self.table.column("observations")
+            if held.all():
+                newest[:] = stored[after % self.capacity]
+            else:
+                newest[held] = stored[after[held] % self.capacity]
                 newest[~held] = self.next_frames.get(ids[~held])
         else:
-            newest = columns["next_observations"]
-        if self.form.stack_num > 1:
-            frame = frames.shape[1]
-            columns["next_observations"] = np.concatenate(
-                [columns["observations"][:, frame:], newest], axis=1
-            )
-        else:
-            columns["next_observations"] = newest
+            newest[:] = columns["next_observations"]
+        if k > 1:
+            following[:, : (k - 1) * frame] = columns["observations"][:, frame:]
+        columns["next_observations"] = following
         return columns
 
     def _stacks(self, ids: np.ndarray, newest: np.ndarray) -> np.ndarray:
-        """The observation stacks of rows `ids`, oldest frame first, from the stored frames."""
+        """The observation stacks of rows `ids`, oldest frame first, from the stored frames.
+
+        Each row's predecessors are followed back k - 1 steps at once for every row; the frames
+        of the rows reached are gathered in one pass, and a row whose run's first held row came
+        sooner takes its older frames from that row's whole stack."""
         k, (n, frame) = self.form.stack_num, newest.shape
         stacks = np.empty((n, k, frame), newest.dtype)
         stacks[:, k - 1] = newest
-        stored = self.table.column("observations")
-        cursor = ids.copy()
-        depth = np.zeros(n, np.int64)  # steps from each sampled row back to `cursor`
         oldest = self.table.total_inserted - self.size
+        chain = np.empty((n, k - 1), np.int64)  # the row of each older frame, -1: none held
+        cursor, depth = ids, np.zeros(n, np.int64)  # depth: steps back to `cursor`
         for j in range(k - 2, -1, -1):
             before = self._prev[cursor % self.capacity]
-            step = before >= oldest
-            cursor[step], depth[step] = before[step], depth[step] + 1
-            stacks[step, j] = stored[cursor[step] % self.capacity]
-            start = np.flatnonzero(~step)  # a run's first held row: its own stack has the frame
-            if len(start):
-                whole = self.first_stacks.get(cursor[start]).reshape(len(start), k, frame)
-                stacks[start, j] = whole[np.arange(len(start)), j + depth[start]]
+            step = before >= oldest  # false from a run's first held row on
+            cursor = np.where(step, before, cursor)
+            depth += step
+            chain[:, j] = np.where(step, cursor, -1)
+        reached = chain >= 0
+        older = stacks[:, : k - 1]
+        older[reached] = self.table.column("observations")[chain[reached] % self.capacity]
+        starts = np.flatnonzero(~reached[:, 0])
+        if len(starts):  # frames from before the first held row: its whole stack has them
+            whole = self.first_stacks.get(cursor[starts]).reshape(len(starts), k, frame)
+            missing = ~reached[starts]
+            at = np.nonzero(missing)
+            source = at[1] + depth[starts][at[0]]
+            older[starts[at[0]], at[1]] = whole[at[0], source]
         return stacks.reshape(n, k * frame)
 
     def state(self, views: bool = False) -> dict[str, Any]:
