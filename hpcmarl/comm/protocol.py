@@ -31,6 +31,7 @@ MESSAGE_TABLE: tuple[Kind, ...] = (
     Kind("stats", "param_server|replay_shard", "commander", "{counters} - periodic report"),
     Kind("heartbeat", "every role", "commander", "{} - still alive (any message counts)"),
     Kind("relax", "commander", "replay_shard", "{on} - drain: serve samples, take batches"),
+    Kind("wrap_up", "commander", "learner", "{task_id} - end the task after this update"),
     Kind("stop", "commander", "every role", "{reason} - finish and acknowledge"),
     Kind("stopped", "every role", "commander", "{counters} - acknowledgement of stop"),
     Kind("checkpoint", "commander", "stateful roles", "{id, run_dir, expect} - write state"),

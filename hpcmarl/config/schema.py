@@ -69,7 +69,8 @@ class LearnerConfig:
     after every update)."""
     updates_per_task: int = 200
     """Updates in one learner task granted by the commander (its unit of scheduling; an
-    on-policy task is one update)."""
+    on-policy task is one update). A checkpoint or a stop does not wait for a task's end: an
+    off-policy task ends after the update in flight (deterministic mode keeps tasks whole)."""
     allreduce: str = "mpi"
     """Gradient averaging across learners of one group: `mpi`, `horovod` or `auto` (Horovod
     when it imports, else MPI). The default is MPI because Horovod's background thread keeps a

@@ -355,7 +355,18 @@ class Commander(Role):
     def begin_stop(self, reason: str, exit_code: int = 0) -> None:
         self.stop_reason, self.exit_code = reason, exit_code
         self.relax_shards(True)
+        self.wrap_up_learners()
         self.stop_roles(self.collectors, next_phase="draining")
+
+    def wrap_up_learners(self) -> None:
+        """A checkpoint or a stop waits for the learner tasks in hand: each ends after its
+        update in flight, whatever `updates_per_task` is. Deterministic mode keeps its tasks
+        whole: their length is part of the schedule a resume replays."""
+        if self.cfg.commander.deterministic:
+            return
+        for task_id, role in self.running.items():
+            if self.topology.kind_of[role] == "learner":
+                self.send("wrap_up", role, {"task_id": task_id})
 
     def relax_shards(self, on: bool) -> None:
         for shard in self.topology.names("replay_shard"):

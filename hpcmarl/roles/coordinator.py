@@ -124,6 +124,7 @@ class CheckpointCoordinator:
                 next_checkpoint_id(run_dir), then, begun=(stats.elapsed(), stats.env_steps)
             )
             self.commander.relax_shards(True)
+            self.commander.wrap_up_learners()
         elif then is not None and cut.then is None and cut.follow is None:
             if fresh and cut.requested and not cut.cutting:
                 cut.follow = then

@@ -11,6 +11,12 @@ ready; the generator's return value carries the stats and priorities. So a group
 inside a collective for a member that has no batch: each member has its batch before its
 update begins.
 
+A task can be cut short: a checkpoint or a stop sends `wrap_up`, and an off-policy task ends
+after the update in flight, whatever `updates_per_task` is. The members of a group must apply
+the same number of updates, but each hears `wrap_up` at its own time, so each averaged vector
+carries one more element, the member's wish to wrap up: the average of it is the same on every
+member, and a task ends after the first update in which any member wished it.
+
 A group never drifts apart unnoticed: at start (fresh or resumed) every member takes the group
 root's weights, and every `drift_check_interval` averaged updates the members compare a digest of
 their weights; a mismatch stops the job naming the learners that differ. Both are collectives
@@ -99,6 +105,10 @@ class GroupTrainer:
     generation: int = 0
     """How many times the group was retargeted (PSRO's iteration): the shards serve it only
     items of this generation."""
+    wrap_agreed: bool = False
+    """A member of the group asked to wrap up the task during this update (see `wrap_up`)."""
+    unfinished: int = 0
+    """Updates of this task left undone because it was wrapped up."""
 
     @property
     def on_policy(self) -> bool:
@@ -115,8 +125,10 @@ class GroupTrainer:
         return self.earlier_updates + self.algo.updates
 
     def done(self) -> bool:
-        """The task's updates are applied and no collective is in flight."""
-        return self.remaining == 0 and self.steps is None and self.drift is None
+        """The task's updates are applied, no collective is in flight, and no batch either
+        (a task wrapped up early may still await some, kept for the next task)."""
+        idle = self.steps is None and self.drift is None and not self.awaiting
+        return self.remaining == 0 and idle
 
 
 class Learner(Role):
@@ -139,6 +151,8 @@ class Learner(Role):
         self.trainers = {t.group: t for t in trainers}
         self.shards = shards
         self.task: dict | None = None
+        self.wrapping = False
+        """`wrap_up` arrived for the task in hand: end it after the update in flight."""
         self.started = False
         self.syncing = False
         self.drift_check_interval = cfg.drift_check_interval
@@ -186,15 +200,20 @@ class Learner(Role):
         return True
 
     def handle_task(self, msg: Message) -> None:
-        self.task, self.asked = msg.meta, False
+        self.task, self.asked, self.wrapping = msg.meta, False, False
         for group, target in msg.meta.get("train", {}).items():
             self.switch(self.trainers[group], target["keys"], int(target["generation"]))
             self.publish(self.trainers[group])
         for trainer in self.trainers.values():
-            trainer.remaining = msg.meta["updates"]
+            trainer.remaining, trainer.unfinished = msg.meta["updates"], 0
             trainer.stats, trainer.dropped, trainer.parts, trainer.empty = [], {}, {}, 0
             if trainer.on_policy and trainer.remaining:  # (PSRO's retarget task has none)
                 self.request_fragments(trainer, msg.meta["take"].get(trainer.group, {}))
+
+    def handle_wrap_up(self, msg: Message) -> None:
+        """A checkpoint or a stop waits for this task: end it after the update in flight."""
+        if self.task is not None and msg.meta["task_id"] == self.task["task_id"]:
+            self.wrapping = True
 
     def handle_sample(self, msg: Message) -> None:
         trainer = self.trainers[msg.meta["group"]]
@@ -217,6 +236,7 @@ class Learner(Role):
         trainer.earlier_updates += trainer.algo.updates
         trainer.algo, trainer.specs, trainer.servers = target.algo, target.specs, target.servers
         trainer.keys, trainer.generation = dict(keys), generation
+        trainer.samples.clear()  # batches of the old policies' generation
         trainer.version, trainer.announced, trainer.unpushed = 0, False, False
 
     # -- batches ------------------------------------------------------------------------------
@@ -283,13 +303,13 @@ class Learner(Role):
         assert trainer.handle is not None
         if not trainer.averager.ready(trainer.handle):
             return False
-        average = trainer.averager.result(trainer.handle)
+        average = self.read_average(trainer, trainer.handle)
         try:
             vector = trainer.steps.send(average)
         except StopIteration as done:
             self.end_update(trainer, done.value)
             return True
-        trainer.handle = trainer.averager.start(vector)
+        trainer.handle = self.start_average(trainer, vector)
         return True
 
     def begin_update(self, trainer: GroupTrainer) -> bool:
@@ -310,12 +330,35 @@ class Learner(Role):
         except StopIteration as done:  # an update with nothing to average
             self.end_update(trainer, done.value)
             return True
-        trainer.handle = trainer.averager.start(vector)
+        trainer.handle = self.start_average(trainer, vector)
         return True
+
+    def start_average(self, trainer: GroupTrainer, vector: np.ndarray) -> Handle:
+        """Average a vector over the group; in a group of several, with this member's wish
+        to wrap up the task appended (one float: the group decides together)."""
+        if trainer.averager.size > 1:
+            vector = np.append(np.asarray(vector, dtype=np.float32), np.float32(self.wrapping))
+        return trainer.averager.start(vector)
+
+    def read_average(self, trainer: GroupTrainer, handle: Handle) -> np.ndarray:
+        average = trainer.averager.result(handle)
+        if trainer.averager.size == 1:
+            return average
+        trainer.wrap_agreed = trainer.wrap_agreed or bool(average[-1] > 0)
+        return average[:-1]
+
+    def wrap_up(self, trainer: GroupTrainer) -> None:
+        """End an off-policy task after this update when it was asked to (see the module's
+        docstring): alone, on this learner's word; in a group, on the group's."""
+        alone = trainer.averager.size == 1
+        if (self.wrapping if alone else trainer.wrap_agreed) and not trainer.on_policy:
+            trainer.unfinished, trainer.remaining = trainer.remaining, 0
+        trainer.wrap_agreed = False
 
     def end_update(self, trainer: GroupTrainer, result: UpdateResult) -> None:
         trainer.steps, trainer.handle = None, None
         trainer.remaining -= 1
+        self.wrap_up(trainer)
         trainer.averaged += 1
         msg, trainer.in_flight = trainer.in_flight, None
         if msg is None or msg.arrays is None or items_in(msg.arrays):
@@ -399,6 +442,7 @@ class Learner(Role):
                 "version": trainer.version,
                 "dropped": dict(trainer.dropped),
                 "empty_updates": trainer.empty,
+                "unfinished": trainer.unfinished,
             }
         return {"role": self.name, "groups": per_group}
 

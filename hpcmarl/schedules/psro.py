@@ -139,6 +139,8 @@ class PSRO(Schedule):
             self.on_fragments(report["task_id"], report["collect"].get("items", {}))
         elif purpose[0] == "learn":
             self.on_learned(report)
+            if role == purpose[1][0]:  # the crew's tasks end together: count them once
+                self.uncount_unfinished(purpose[1], report)
         elif purpose[0] == "matchup":
             result = report["matchup"]
             self.payoffs.record_moments(purpose[1], result["n"], result["sums"], result["sq"])
@@ -380,6 +382,12 @@ class PSRO(Schedule):
                 self.versions[key] = max(self.versions.get(key, 0), int(row["version"]))
             if self.ledger is not None:
                 self.ledger.on_trained(group, int(row["version"]))
+
+    def uncount_unfinished(self, members: tuple[str, ...], report: dict[str, Any]) -> None:
+        """A task wrapped up early (a checkpoint) applied fewer updates than granted: the
+        iteration's quota counts the ones applied."""
+        rows = report["stats"]["groups"].values()
+        self.updates[members] -= min((int(row.get("unfinished", 0)) for row in rows), default=0)
 
     # -- phase 3: matchups --------------------------------------------------------------------
     def matchup_grants(self, s: Situation) -> list[Grant]:

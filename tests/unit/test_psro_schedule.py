@@ -182,6 +182,26 @@ def test_a_crew_is_granted_updates_as_its_players_data_comes_in() -> None:
         assert schedule.grants(learner0_only) == []  # the next 100 wait for the next 512 steps
 
 
+def test_a_task_wrapped_up_early_leaves_its_unapplied_updates_in_the_quota() -> None:
+    """A checkpoint ends a learner task after the update in flight (`wrap_up`): the updates
+    it never applied are granted again, so the iteration still trains its whole quota."""
+    schedule = PSRO(context("psro.steps_per_iteration=1024", "psro.updates_per_iteration=100"))
+    run_phase(schedule, "evaluate")
+    run_phase(schedule, "score")
+    for grant in schedule.grants(situation()):
+        finish(schedule, grant, groups={})
+    learner0_only = situation(collectors=(), learners=("learner0",))
+    collect = next(
+        g for g in schedule.grants(situation(learners=())) if g.task["record"] == ["player_0"]
+    )
+    finish(schedule, collect)
+    (learn,) = schedule.grants(learner0_only)
+    assert learn.task["updates"] == 100
+    finish(schedule, learn, groups={"player_0": {"version": 2, "unfinished": 70}})
+    (again,) = schedule.grants(learner0_only)
+    assert again.task["updates"] == 70
+
+
 def run_iteration(schedule: PSRO) -> None:
     """From between iterations to the end of the next one."""
     assert schedule.phase == "between"
