@@ -5,15 +5,21 @@ parameter server, all on one in-process transport; only the time spent inside th
 `poll()` counts (in a job the shard runs on another rank). The bare loop is `act` + `env.step`
 on the same vector env with the same actor. Cases: DQN's epsilon-greedy transitions on CartPole
 and simple_spread, and MAPPO's sampled fragments (with the global state) on simple_spread.
+
+A shared machine has slow spells of seconds, long enough to move one measurement by 20 %, so
+the bare loop and the collector (both built once per case) take turns in slices of 0.2 s, and
+each of `--rounds` rounds divides the two's rates over its slices. The figure is the median
+round's ratio; the spread (lowest and highest round) says how far to trust it.
 Prints a table and, last, one JSON line.
 
-    .venv/bin/python tools/bench_collector.py [--seconds 5]
+    .venv/bin/python tools/bench_collector.py [--seconds 3] [--rounds 5] [--cases NAME ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 
 import numpy as np
@@ -36,6 +42,8 @@ CASES = {
     "spread_mappo_x8": ("mappo", *SPREAD, 8),
 }
 EPSILON = 0.1
+SLICE_S = 0.2
+"""The bare loop and the collector take turns in slices this long."""
 
 
 def job_for(algo: str, kind: str, env_id: str, kwargs: dict, num_envs: int) -> JobConfig:
@@ -62,53 +70,62 @@ def weights_for(population: Population) -> dict[str, np.ndarray]:
     }
 
 
-def collector_rate(cfg: JobConfig, seconds: float) -> float:
-    """Env steps per second of collector time, the collector running one endless task."""
-    world = OneRank(cfg)
-    spec, topology, transport = world.spec, world.topology, world.transport
-    commander = transport.register("commander")
-    population = world.population()
-    server = ParameterServer("ps0", transport)
-    for key, flat in weights_for(population).items():
-        server.create_table(key, population.spec(key).to_json()).set_weights(flat)
-    replay = {g: items.replay for g, items in item_specs(cfg, spec).items()}
-    shard = ReplayShard("replay0", transport, cfg.replay, replay, ["collector0"], 0)
-    collector = build_collector(cfg, spec, topology, transport, "collector0")
-    shard.start()
-    bindings = spec.bindings(cfg.agents.strategy_spec_id)
-    task = {"task_id": "b", "kind": "collect", "fragments": 10**9, "env_steps": 0}
-    task["bindings"] = bindings
-    transport.inboxes["collector0"].append(_message("task", "collector0", task))
-    spent, deadline = 0.0, time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        start = time.perf_counter()
-        collector.poll()
-        spent += time.perf_counter() - start
-        shard.poll()
-        server.poll()
-        commander.clear()
-    return collector.env_steps / spent
+class CollectorLoop:
+    """The collector running one endless task; only the time inside its `poll()` counts."""
+
+    def __init__(self, cfg: JobConfig) -> None:
+        world = OneRank(cfg)
+        spec, topology, self.transport = world.spec, world.topology, world.transport
+        self.commander = self.transport.register("commander")
+        population = world.population()
+        self.server = ParameterServer("ps0", self.transport)
+        for key, flat in weights_for(population).items():
+            self.server.create_table(key, population.spec(key).to_json()).set_weights(flat)
+        replay = {g: items.replay for g, items in item_specs(cfg, spec).items()}
+        self.shard = ReplayShard("replay0", self.transport, cfg.replay, replay, ["collector0"], 0)
+        self.collector = build_collector(cfg, spec, topology, self.transport, "collector0")
+        self.shard.start()
+        task = {"task_id": "b", "kind": "collect", "fragments": 10**9, "env_steps": 0}
+        task["bindings"] = spec.bindings(cfg.agents.strategy_spec_id)
+        self.transport.inboxes["collector0"].append(_message("task", "collector0", task))
+
+    def run(self, seconds: float) -> tuple[int, float]:
+        """(env steps, collector seconds) of `seconds` of the loop."""
+        steps, spent, deadline = self.collector.env_steps, 0.0, time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            start = time.perf_counter()
+            self.collector.poll()
+            spent += time.perf_counter() - start
+            self.shard.poll()
+            self.server.poll()
+            self.commander.clear()
+        return self.collector.env_steps - steps, spent
 
 
-def bare_rate(cfg: JobConfig, seconds: float) -> float:
+class BareLoop:
     """The same env and actor with nothing else: act, step, repeat (the shared policy's one
     forward pass over every agent per step, as the collector makes)."""
-    env = make_vector_env(cfg.env, cfg.env.num_envs, 0)
-    population = build_population(cfg, probe_env(cfg))
-    (key,) = population.keys()
-    actor = build_actor(population.spec(key))
-    actor.set_weights(weights_for(population)[key])
-    rng = np.random.default_rng(0)
-    obs, steps = env.reset(), 0
-    deadline = time.monotonic() + seconds
-    start = time.perf_counter()
-    while time.monotonic() < deadline:
-        joined = np.concatenate([obs[a] for a in env.agents])
-        acted = actor.act(joined, rng, env_steps=0, greedy=False).actions
-        actions = dict(zip(env.agents, np.split(acted, len(env.agents)), strict=True))
-        obs = env.step(actions).observations
-        steps += env.num_envs
-    return steps / (time.perf_counter() - start)
+
+    def __init__(self, cfg: JobConfig) -> None:
+        self.env = make_vector_env(cfg.env, cfg.env.num_envs, 0)
+        population = build_population(cfg, probe_env(cfg))
+        (key,) = population.keys()
+        self.actor = build_actor(population.spec(key))
+        self.actor.set_weights(weights_for(population)[key])
+        self.rng = np.random.default_rng(0)
+        self.obs = self.env.reset()
+
+    def run(self, seconds: float) -> tuple[int, float]:
+        env, steps = self.env, 0
+        deadline = time.monotonic() + seconds
+        start = time.perf_counter()
+        while time.monotonic() < deadline:
+            joined = np.concatenate([self.obs[a] for a in env.agents])
+            acted = self.actor.act(joined, self.rng, env_steps=0, greedy=False).actions
+            actions = dict(zip(env.agents, np.split(acted, len(env.agents)), strict=True))
+            self.obs = env.step(actions).observations
+            steps += env.num_envs
+        return steps, time.perf_counter() - start
 
 
 def _message(kind: str, dst: str, meta: dict):
@@ -117,21 +134,43 @@ def _message(kind: str, dst: str, meta: dict):
     return Message(kind, "commander", dst, meta)
 
 
+def measure(cfg: JobConfig, seconds: float, rounds: int) -> list[tuple[float, float]]:
+    """(bare, collector) env steps/s of each round: `seconds` of each, in slices of `SLICE_S`
+    taken in turn, so that a slow spell of the machine falls on both alike."""
+    bare, collector = BareLoop(cfg), CollectorLoop(cfg)
+    bare.run(SLICE_S), collector.run(SLICE_S)  # warm-up: first weights, first resets
+    pairs = []
+    for _ in range(rounds):
+        totals = np.zeros((2, 2))  # (bare, collector) x (steps, seconds)
+        for _ in range(max(1, round(seconds / SLICE_S))):
+            totals[0] += bare.run(SLICE_S)
+            totals[1] += collector.run(SLICE_S)
+        pairs.append((totals[0, 0] / totals[0, 1], totals[1, 0] / totals[1, 1]))
+    return pairs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
+    parser.add_argument("--rounds", type=int, default=5, help="bare + collector pairs per case")
+    parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    figures: dict[str, float] = {}
-    print(f"{'case':<14} {'bare steps/s':>13} {'collector':>10} {'ratio':>6}")
-    for name, case in CASES.items():
-        cfg = job_for(*case)
-        bare = bare_rate(cfg, args.seconds)
-        mine = collector_rate(cfg, args.seconds)
+    figures: dict[str, float] = {"rounds": args.rounds, "seconds": args.seconds}
+    print(f"{'case':<16} {'bare steps/s':>13} {'collector':>10} {'ratio':>6}  {'spread':>11}")
+    for name in args.cases:
+        pairs = measure(job_for(*CASES[name]), args.seconds, args.rounds)
+        ratios = sorted(mine / bare for bare, mine in pairs)
+        bare = statistics.median(b for b, _ in pairs)
+        mine = statistics.median(m for _, m in pairs)
+        ratio = statistics.median(ratios)
         figures[f"{name}_bare_steps_per_s"] = round(bare, 1)
         figures[f"{name}_collector_steps_per_s"] = round(mine, 1)
-        figures[f"{name}_ratio"] = round(mine / bare, 3)
-        print(f"{name:<14} {bare:13,.0f} {mine:10,.0f} {mine / bare:6.3f}")
+        figures[f"{name}_ratio"] = round(ratio, 3)
+        figures[f"{name}_ratio_lowest"] = round(ratios[0], 3)
+        figures[f"{name}_ratio_highest"] = round(ratios[-1], 3)
+        spread = f"{ratios[0]:.2f}-{ratios[-1]:.2f}"
+        print(f"{name:<16} {bare:13,.0f} {mine:10,.0f} {ratio:6.3f}  {spread:>11}")
     print(json.dumps(figures), flush=True)
 
 
