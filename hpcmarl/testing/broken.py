@@ -7,7 +7,8 @@ registered without a time limit, so `episode_steps=None` is an env with no end a
 
 `fault` names what goes wrong from the env's `at_step`-th step on (counted over its whole life,
 not per episode): `nan_reward`, `none_reward`, `nan_obs`, `short_obs` (shape (1,) where the
-space says (4,)) or `text_obs` (a string array); `none` (the default) is a well-behaved env.
+space says (4,)), `text_obs` (a string array) or `nan_reset` (a NaN in the first observation of
+every episode that starts then); `none` (the default) is a well-behaved env.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 from gymnasium import spaces
 
 ENV_ID = "Broken-v0"
-FAULTS = ("none", "nan_reward", "none_reward", "nan_obs", "short_obs", "text_obs")
+FAULTS = ("none", "nan_reward", "none_reward", "nan_obs", "short_obs", "text_obs", "nan_reset")
 
 
 class Broken(gymnasium.Env):
@@ -39,7 +40,10 @@ class Broken(gymnasium.Env):
     ) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
         self.t = 0
-        return self._obs(), {}
+        obs = self._obs()
+        if self.fault == "nan_reset" and self.steps >= self.at_step:
+            obs[0] = np.nan
+        return obs, {}
 
     def step(self, action: int) -> tuple[Any, Any, bool, bool, dict]:
         self.steps += 1

@@ -61,6 +61,15 @@ class NanForRunner(EarlyExit):
         return obs, rewards, terms, truncs, infos
 
 
+def test_a_nan_at_a_reset_inside_the_step_is_named() -> None:
+    env = broken_env("nan_reset", at_step=1, num_envs=1)
+    env.reset()
+    for _ in range(49):  # the episode ends at its 50th step, and the env resets
+        env.step({"agent_0": np.zeros(1, np.int64)})
+    with pytest.raises(EnvOutputError, match="'agent_0' at its reset of env copy 0"):
+        env.step({"agent_0": np.zeros(1, np.int64)})
+
+
 def test_a_multi_agent_env_names_the_agent_at_fault() -> None:
     env = MultiAgentVectorEnv([ParallelCopy(NanForRunner(), "early_exit")], seed=0)
     env.reset()
