@@ -207,6 +207,9 @@ RULES: dict[str, Rule] = {
     "checkpoint.timeout_s": above(0),
     "runtime.heartbeat_interval_s": above(0),
     "runtime.heartbeat_timeout_s": above(0),
+    "runtime.stall_timeout_s": Rule(
+        lambda v: v is None or v > 0, "must be > 0 or null", "a positive number or null"
+    ),
     "runtime.torch_threads": at_least(1),
     "runtime.idle_sleep_max_s": at_least(0),
     "runtime.idle_wait_s": at_least(0),

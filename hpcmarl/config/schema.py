@@ -291,6 +291,10 @@ class RuntimeConfig:
     heartbeat_timeout_s: float = 120.0
     """A role silent this long (no heartbeat, no message) makes the commander abort the job,
     naming it; generous by default because 16 ranks on few cores start slowly."""
+    stall_timeout_s: float | None = 300.0
+    """A run whose env steps and learner updates both stay still this long (every role alive,
+    but each waiting on another) fails with what waits on what: the tasks running, the roles
+    waiting for one, and what each replay shard's limiters refuse; null disables it."""
 
 
 @dataclass

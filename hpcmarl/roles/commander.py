@@ -68,6 +68,8 @@ class Commander(Role):
         self.checkpoints = CheckpointCoordinator(self)
         self.schedule = make_schedule(self.schedule_context(bindings))
         self.last_seen = {name: time.monotonic() for name in topology.rank_of if name != self.name}
+        self.last_moved = (time.monotonic(), 0, 0)
+        """(when, env steps, updates) at the last change of either: `check_stall`."""
 
     def schedule_context(self, bindings: dict[str, str]) -> Context:
         groups = {
@@ -130,6 +132,7 @@ class Commander(Role):
             return True
         self.check_shutdown_timeout()
         self.check_heartbeats()
+        self.check_stall()
         return self.report_progress() or progressed
 
     # -- messages -------------------------------------------------------------------------
@@ -213,6 +216,36 @@ class Commander(Role):
                 f"no heartbeat for {limit:g} s from {names}: stopped, hung or "
                 "starved of CPU; raise runtime.heartbeat_timeout_s if overloaded"
             )
+
+    def check_stall(self) -> None:
+        """Fail, saying what waits on what, when neither env steps nor updates moved for
+        `runtime.stall_timeout_s` while every role is alive: a wait cycle (a limiter refusing
+        one group's samples while collectors wait on another's) would hang until the time
+        limit. A checkpoint in progress has its own timeout."""
+        limit = self.cfg.runtime.stall_timeout_s
+        now, position = time.monotonic(), (self.stats.env_steps, self.stats.total_updates())
+        if position != self.last_moved[1:] or self.phase != "running" or self.checkpoints.cut:
+            self.last_moved = (now, *position)
+            return
+        if limit is not None and now - self.last_moved[0] > limit:
+            raise RuntimeError(
+                f"stalled: no env step and no update for {limit:g} s at {self.position()}; "
+                f"{self.waits()}; raise runtime.stall_timeout_s if this is a long pause"
+            )
+
+    def waits(self) -> str:
+        """The tasks running, the roles waiting for one, and what the shards' limiters refuse."""
+        running = ", ".join(f"{role} ({task})" for task, role in sorted(self.running.items()))
+        idle = sorted({*self.waiting_collectors, *self.waiting_learners})
+        refusing = [
+            f"{shard} refuses {group}'s {what}"
+            for shard, counters in sorted(self.stats.replay.items())
+            for group, what in sorted(counters.get("refusing", {}).items())
+        ]
+        return (
+            f"tasks running: {running or 'none'}; waiting for a task: {', '.join(idle) or 'none'}"
+            f"; limiters: {'; '.join(refusing) or 'none refusing'}"
+        )
 
     def handle_snapshotted(self, msg: Message) -> None:
         self.checkpoints.on_snapshotted(msg.src, msg.meta)

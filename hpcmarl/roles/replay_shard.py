@@ -8,9 +8,15 @@ on-policy fragments.
 Producer flow is credit based: every collector starts with `insert_credits` batches it may have
 in flight here, and gets a credit back only once its batch is inserted. The samples-per-insert
 limiter holds batches back when collectors run ahead of learners, so back-pressure reaches the
-collectors through withheld credits and nothing queues without bound. Consumer flow: a learner
-asks for one batch at a time; a replay request waits here until the limiter allows a sample; a
-queue request is answered at once with what the queue holds (the commander grants learners
+collectors through withheld credits and nothing queues without bound. Credits are shared by
+every group a collector feeds, so one group's limiter holding its batches back would stop the
+collection of all; while another group here is starved (a learner waits for its samples and its
+limiter wants more inserts), a group's inserts are not held back: agents that leave episodes at
+different times fill their groups at different rates, and without this the fast group's full
+limiter and the slow group's empty one wait on each other for ever. Consumer flow: a learner
+asks for one batch at a time; a replay request waits here until the limiter allows a sample
+(in deterministic mode, a request on a table too small to sample is answered at once with an
+empty reply, as nothing is inserted while learners learn); a queue request is answered at once with what the queue holds (the commander grants learners
 only what it knows was inserted).
 
 Checkpoints: the file is written from the tables' own memory, not from a copy of many GiB, so
@@ -196,6 +202,7 @@ class ReplayShard(Role):
         if self.writing:
             return False
         inserted = 0
+        starved = self.starved_groups() if self.pending_inserts else set()
         blocked: set[tuple[str, int]] = set()
         """(group, generation) whose limiter said no in this pass: their later batches wait
         without asking again (a dozen batches wait behind a busy learner on most polls)."""
@@ -209,7 +216,8 @@ class ReplayShard(Role):
                 self.drop_stale(msg)
                 continue
             limiter = self.limiters.get(group)
-            if limiter is not None and not limiter.can_insert():
+            held = limiter is not None and not limiter.can_insert()
+            if held and not starved - {group}:
                 blocked.add((group, generation))
                 self.pending_inserts.append(msg)
                 continue
@@ -231,6 +239,28 @@ class ReplayShard(Role):
                 self.send("credit", msg.src, ack)
             inserted += 1
         return inserted > 0
+
+    def starved_groups(self) -> set[str]:
+        """Groups a learner waits on here whose limiter refuses samples for want of inserts."""
+        starved = set()
+        for msg in self.pending_samples:
+            group = msg.meta["group"]
+            table = self.tables[group]
+            if not self.limiters[group].can_sample(table.size):
+                starved.add(group)
+        return starved
+
+    def refusals(self) -> dict[str, str]:
+        """What each group's limiter refuses now (for the commander's stall report)."""
+        out = {}
+        for group, limiter in self.limiters.items():
+            waiting = [m for m in self.pending_samples if m.meta["group"] == group]
+            held = [m for m in self.pending_inserts if m.meta["group"] == group]
+            if waiting and not limiter.can_sample(self.tables[group].size):
+                out[group] = f"samples ({len(waiting)} requests wait; {limiter!r})"
+            elif held and not limiter.can_insert():
+                out[group] = f"inserts ({len(held)} batches wait; {limiter!r})"
+        return out
 
     def drop_stale(self, msg: Message) -> None:
         """A batch of a generation the group has left behind: not stored, its credit back."""
@@ -350,3 +380,4 @@ class ReplayShard(Role):
             "samples_served": self.samples_served,
             "stale": self.stale,
         }
+            "refusing": self.refusals(),

@@ -309,6 +309,7 @@ BAD_VALUES = {
     "commander.eval_interval_s": 0,
     "commander.eval_episodes": 0,
     "commander.eval_max_episode_steps": 0,
+    "runtime.stall_timeout_s": 0,
     "commander.stop_evals": 0,
     "commander.collector_task_space": -1,
     "commander.progress_interval_s": 0,
