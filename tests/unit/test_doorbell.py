@@ -31,8 +31,10 @@ def test_addresses_are_abstract_and_distinct_per_world_and_rank() -> None:
 
 def test_a_ring_wakes_the_waiting_peer(bells: tuple[Doorbell, Doorbell]) -> None:
     first, second = bells
-    threading.Timer(0.05, first.ring, args=(1,)).start()
+    ringer = threading.Timer(0.05, first.ring, args=(1,))
+    ringer.start()
     assert second.wait(30.0)  # woken by the ring, not by the timeout
+    ringer.join()  # the ringer counts its ring after the send that woke us: let it finish
     assert (first.rings_sent, second.wakeups) == (1, 1)
 
 
