@@ -170,11 +170,11 @@ class CommanderConfig:
     """Seconds between greedy evaluations."""
     eval_episodes: int = 10
     """Episodes per evaluation; their mean return is compared with `stop_value`."""
-    stop_evals: int = 1
     eval_max_episode_steps: int | None = None
     """Steps after which an evaluation episode is cut and counted as truncated, so an env
     whose episodes never end (no time limit) cannot hold up the run's checkpoints and its end;
     null means the env's own time limit, or 10,000 steps for an env without one."""
+    stop_evals: int = 1
     """Consecutive evaluations that must reach `stop_value` before the run stops: 2 asks the
     policy to hold the value, not to touch it once (DQN's greedy policy often drops back)."""
     collector_task_space: int = 0

@@ -531,6 +531,7 @@ def build_collector(
         replay_log=replay_log,
         log_writers=log_writers,
         score=score,
+        eval_max_steps=eval_episode_cap(cfg, spec),
     )
 
 
@@ -539,7 +540,6 @@ def transition_log_writers(cfg: JobConfig, spec: EnvSpec, num_envs: int) -> dict
     one-step transitions: logs always hold per-agent one-step rows (docs/replay-format.md)."""
     from ..algos.dqn import transition_item
 
-        eval_max_steps=eval_episode_cap(cfg, spec),
     writers = {}
     agent_ids = {a: i for i, a in enumerate(spec.agents)}
     for agent in spec.agents:

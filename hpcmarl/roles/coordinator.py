@@ -253,7 +253,6 @@ class CheckpointCoordinator:
                 f"{cut.nbytes / 1e6:.0f} MB to write; waiting for: {silent}; raise "
                 "checkpoint.timeout_s if the run directory's filesystem is this slow"
             )
-
         running = self.commander.running.items()
         busy = [f"{role} (running {task_id})" for task_id, role in sorted(running)]
         busy += [f"{learner} (starting)" for learner in sorted(self.starting_learners())]
@@ -262,6 +261,7 @@ class CheckpointCoordinator:
             "ends is a bug, or an evaluation whose episodes are too long: lower "
             "commander.eval_max_episode_steps"
         )
+
 
 RESUMABLE_CHANGES = (
     "commander",

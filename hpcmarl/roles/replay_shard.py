@@ -14,9 +14,8 @@ collection of all; while another group here is starved (a learner waits for its 
 limiter wants more inserts), a group's inserts are not held back: agents that leave episodes at
 different times fill their groups at different rates, and without this the fast group's full
 limiter and the slow group's empty one wait on each other for ever. Consumer flow: a learner
-asks for one batch at a time; a replay request waits here until the limiter allows a sample
-(in deterministic mode, a request on a table too small to sample is answered at once with an
-empty reply, as nothing is inserted while learners learn); a queue request is answered at once with what the queue holds (the commander grants learners
+asks for one batch at a time; a replay request waits here until the limiter allows a sample; a
+queue request is answered at once with what the queue holds (the commander grants learners
 only what it knows was inserted).
 
 Checkpoints: the file is written from the tables' own memory, not from a copy of many GiB, so
@@ -379,5 +378,5 @@ class ReplayShard(Role):
             "pending_inserts": len(self.pending_inserts),
             "samples_served": self.samples_served,
             "stale": self.stale,
-        }
             "refusing": self.refusals(),
+        }
