@@ -3,18 +3,22 @@
 One 6-rank run per backend holds a bystander rank and two independent learner groups (2 and 3
 learners); see scripts/allreduce_check.py for what each member checks. The MPI run also lets
 the second group ask for `auto` with Horovod unavailable, to see the fallback and its line.
-Horovod runs are skipped, with the reason, where Horovod does not import. The end-to-end
-CartPole runs of test_train.py use `learner.allreduce=auto`, so they train with Horovod wherever
-it is installed.
+Horovod runs are skipped, with the reason, where Horovod does not import. The end-to-end runs
+of test_train.py keep the job's `learner.allreduce` (`mpi` by default), so they never train
+with Horovod; one short CartPole run here does, with two learners of one group.
 """
 
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hpcmarl.comm import horovod
+from hpcmarl.roles.state_tree import flatten
+from hpcmarl.storage.checkpoint import latest_checkpoint
 
 from .conftest import ROOT, run_mpi
 
@@ -71,3 +75,42 @@ def test_horovod_backend_matches_reference_with_2_and_3_learners(
     out = horovod_run.stdout
     assert "learners of policy p0 average gradients with horovod (2 ranks)" in out
     assert "learners of policy p1 average gradients with horovod (3 ranks)" in out  # auto
+
+
+HOROVOD_CARTPOLE = [
+    "learner.allreduce=horovod",
+    "learner.drift_check_interval=1",  # the learners compare weight digests after every update
+    "learner.updates_per_task=20",
+    "topology.learners=2",
+    "topology.replay_shards=1",
+    "topology.collectors=1",
+    "replay.learning_starts=100",
+    "replay.samples_per_insert=8",
+    "commander.max_env_steps=1500",
+    "commander.stop_value=null",
+    "checkpoint.interval_s=0",
+]
+"""CartPole's DQN cut to a few dozen updates (41 at 1,000 env steps), both learners in its one
+group: the job itself runs about 27 s on 2 cores, the five ranks' start-up more under load."""
+
+
+@pytest.mark.mpi
+def test_cartpole_trains_with_horovod_and_its_two_learners_stay_equal(tmp_path: Path) -> None:
+    """`learner.allreduce=horovod` end to end, under real mpirun: the group says it averages
+    with Horovod, both learners apply the same updates (a digest mismatch after any of them
+    would stop the job), and the final checkpoint holds the same update count, weights and
+    optimizer state on both."""
+    if HOROVOD_MISSING is not None:
+        pytest.skip(f"{HOROVOD_MISSING}; `bash tools/install_horovod.sh` builds it")
+    args = ["-m", "hpcmarl", *HOROVOD_CARTPOLE, f"runtime.run_dir={tmp_path}"]
+    result = run_mpi(5, args, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "average gradients with horovod (2 ranks)" in result.stdout, result.stdout[-3000:]
+    assert "finished: step budget reached" in result.stdout, result.stdout[-3000:]
+    checkpoint, _ = latest_checkpoint(tmp_path)
+    assert checkpoint is not None
+    first, second = (flatten(checkpoint.read_role(r)["groups"]) for r in ("learner0", "learner1"))
+    assert first["shared/algo/updates"] == second["shared/algo/updates"] > 0
+    assert first.keys() == second.keys()
+    for key in first:
+        np.testing.assert_array_equal(first[key], second[key], err_msg=key)
