@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -84,6 +85,10 @@ def test_a_resumed_run_appends_and_replaces_what_followed_its_checkpoint(tmp_pat
         first.progress(progress_row(env_steps=steps, updates=1))
     first.close()
     first.close()  # every exit path closes; twice is harmless
+    # A resumed run is a new process, a second later at least. Event files are read in name
+    # order (time in whole seconds, host, PID, then a per-process counter compared as text),
+    # so in one process the second file must be a second younger, or `.10` sorts before `.9`.
+    time.sleep(max(0.0, 1.0 - time.time() % 1.0) + 0.01)
     second = MetricsSink(str(tmp_path), io.StringIO())
     second.resumed({"env_steps": 200, "updates": 1})
     for steps in (200, 400):
