@@ -14,6 +14,11 @@
 # process group and mpirun's to end the job without a checkpoint.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+if [ "${1:-}" = --hosts ]; then
+  # Across the hosts of tools/local_cluster.sh: this script again, inside the first host.
+  shift
+  exec bash "$root/tools/cluster_mpirun.sh" "$@"
+fi
 venv=${HPCMARL_VENV:-$root/.venv}   # .venv-mpich for MPICH (tools/setup.sh --mpi mpich)
 mpirun="$venv/bin/mpirun"
 [ -x "$mpirun" ] || mpirun=$(command -v mpirun)

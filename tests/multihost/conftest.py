@@ -1,0 +1,151 @@
+"""A cluster of hosts on this machine (tools/local_cluster.sh) and jobs run across it.
+
+The tier needs root, `ip netns`, `nsenter` and `unshare`, and Open MPI; without one of them every
+test here skips and says which. The cluster is brought up once per session (2 hosts) and taken
+down at its end, also when a test fails; a cluster already up is used as it is and left up.
+Every run has a hard timeout: a hang fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ..mpi.conftest import MPIRUN, ROOT, VENV, BackgroundJob
+
+LOCAL_CLUSTER = ROOT / "tools" / "local_cluster.sh"
+STATE = Path(os.environ.get("HPCMARL_CLUSTER_DIR", "/run/hpcmarl-cluster"))
+HOSTS = 2
+
+
+def unavailable() -> str:
+    """Why this machine cannot host the test cluster, or '' when it can."""
+    if not sys.platform.startswith("linux"):
+        return "needs Linux network and UTS namespaces"
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, a bridge, /etc/hosts lines); CI runs it as root"
+    for tool, package in (("ip", "iproute2"), ("nsenter", "util-linux"), ("unshare", "util-linux")):
+        if shutil.which(tool) is None:
+            return f"{tool} is missing: apt-get install {package}"
+    probe = subprocess.run(["unshare", "--net", "--uts", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"cannot make namespaces here (unshare --net --uts: {probe.stderr.strip()})"
+    version = subprocess.run(
+        [f"{VENV}/bin/mpirun", "--version"], capture_output=True, text=True, check=False
+    )
+    if "Open MPI" not in version.stdout + version.stderr:
+        return f"tools/mpirun.sh --hosts needs Open MPI; {VENV} has another MPI"
+    return ""
+
+
+@dataclass
+class Cluster:
+    """The hosts that are up: each name and the PID holding its namespaces."""
+
+    holders: dict[str, int]
+    made_here: bool = False
+    """This session brought the cluster up (and takes it down); else it was up before."""
+
+    @classmethod
+    def read(cls, made_here: bool = False) -> Cluster:
+        return cls(read_holders(), made_here)
+
+    def host_of(self, pid: int) -> str | None:
+        """The host whose network namespace process `pid` is in (None: not on any, or gone)."""
+        try:
+            net = os.readlink(f"/proc/{pid}/ns/net")
+        except OSError:
+            return None
+        for name, holder in self.holders.items():
+            try:
+                if os.readlink(f"/proc/{holder}/ns/net") == net:
+                    return name
+            except OSError:
+                continue
+        return None
+
+    def processes(self) -> dict[int, str]:
+        """Every process on a host other than the holders, with its host (ranks, daemons)."""
+        found = {}
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit() and int(proc.name) not in self.holders.values():
+                host = self.host_of(int(proc.name))
+                if host is not None:
+                    found[int(proc.name)] = host
+        return found
+
+
+def read_holders() -> dict[str, int]:
+    """Each host's name and holder PID, from the state file local_cluster.sh keeps."""
+    lines = (STATE / "hosts").read_text().split("\n")
+    return {name: int(pid) for name, _, pid, _ in (line.split() for line in lines if line)}
+
+
+def cluster_tool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(LOCAL_CLUSTER), *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def hosts_up() -> int:
+    """How many hosts are up, every holder alive (0 when none, or any is dead)."""
+    if cluster_tool("status").returncode != 0:
+        return 0
+    return len(Cluster.read().holders)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """`HOSTS` hosts for the session: brought up and, at the end, down (whatever the tests did);
+    a cluster that was up already is used and left up."""
+    reason = unavailable()
+    if reason:
+        pytest.skip(f"multi-host tier: {reason}")
+    if hosts_up() >= HOSTS:
+        yield Cluster.read()
+        return
+    try:
+        up = cluster_tool("up", str(HOSTS))
+        assert up.returncode == 0, f"local_cluster.sh up {HOSTS} failed:\n{up.stdout}{up.stderr}"
+        yield Cluster.read(made_here=True)
+    finally:
+        down = cluster_tool("down")
+        assert down.returncode == 0, f"local_cluster.sh down failed:\n{down.stdout}{down.stderr}"
+
+
+def run_on_hosts(hosts: int, ranks: int, args: list[str], timeout: float):
+    """`tools/mpirun.sh --hosts H -n R ARGS` to completion; a hang fails the test."""
+    cmd = ["bash", str(MPIRUN), "--hosts", str(hosts), "-n", str(ranks), *args]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HPCMARL_VENV": VENV}
+    try:
+        return subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{' '.join(cmd)} hung past {timeout}s:\n{(exc.stderr or b'')[-3000:]!r}")
+
+
+class ClusterJob(BackgroundJob):
+    """`tools/mpirun.sh --hosts H -n R python -m hpcmarl ARGS` running while a test acts on it;
+    waits, kills and the end as BackgroundJob's."""
+
+    def __init__(self, hosts: int, ranks: int, args: list[str]) -> None:  # noqa: D107
+        hpcmarl = [sys.executable, "-m", "hpcmarl", *args]
+        cmd = ["bash", str(MPIRUN), "--hosts", str(hosts), "-n", str(ranks), *hpcmarl]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "HPCMARL_VENV": VENV}
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )

@@ -1,0 +1,55 @@
+"""hpcmarl across two hosts of tools/local_cluster.sh: the default job runs with its ranks on
+both hosts, and a rank killed on the second host ends the job on every host within seconds."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcmarl.testing.ranks import rank_pids
+
+from ..mpi.conftest import progress_rows
+from .conftest import Cluster, ClusterJob
+
+pytestmark = pytest.mark.mpi
+DEFAULT_JOB = ["commander.max_env_steps=6000", "commander.stop_value=null"]
+ENDLESS = ["commander.max_env_steps=200000", "commander.stop_value=null"]
+
+
+def rank_hosts(cluster: Cluster, run_dir: Path) -> dict[int, str | None]:
+    return {rank: cluster.host_of(pid) for rank, pid in sorted(rank_pids(run_dir).items())}
+
+
+def test_the_default_job_runs_at_8_ranks_on_2_hosts(cluster: Cluster, tmp_path: Path) -> None:
+    job = ClusterJob(2, 8, [*DEFAULT_JOB, f"runtime.run_dir={tmp_path}"])
+    job.wait_for(progress_rows(tmp_path, 1), 150, "a progress row")
+    hosts = rank_hosts(cluster, tmp_path)
+    out, err = job.finish(150, "the default job across 2 hosts did not end")
+    assert job.returncode == 0, err[-3000:]
+    assert "hpcmarl: finished: step budget reached" in out
+    assert hosts == {rank: "hpc1" if rank < 4 else "hpc2" for rank in range(8)}  # in blocks
+
+
+def test_kill_9_of_a_rank_on_host_2_ends_the_job_on_every_host(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    job = ClusterJob(2, 8, [*ENDLESS, f"runtime.run_dir={tmp_path}"])
+    job.wait_for(progress_rows(tmp_path, 1), 150, "a progress row")
+    on_host_2 = [rank for rank, host in rank_hosts(cluster, tmp_path).items() if host == "hpc2"]
+    assert on_host_2, rank_hosts(cluster, tmp_path)
+    os.kill(rank_pids(tmp_path)[on_host_2[0]], signal.SIGKILL)
+    killed = time.monotonic()
+    _, err = job.finish(30, f"kill -9 of rank {on_host_2[0]} on hpc2 did not end the job")
+    took = time.monotonic() - killed
+    print(f"ended {took:.1f} s after kill -9 of rank {on_host_2[0]} on hpc2, exit {job.returncode}")
+    assert job.returncode != 0
+    assert took < 10
+    assert "hpc2" in err  # the launcher names the host the rank died on
+    deadline = time.monotonic() + 5  # mpirun has returned; nothing of the job may stay on a host
+    while cluster.processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not cluster.processes(), f"left on the hosts: {cluster.processes()}"
