@@ -41,7 +41,7 @@ MESSAGE_TABLE: tuple[Kind, ...] = (
     Kind("batch", "collector", "replay_shard", "{group, items} + item columns", bulk=True),
     Kind("credit", "replay_shard", "collector", "{n[, group, first, items]} - send n more"),
     Kind("sample_request", "learner", "replay_shard", "{group, n | ranges, min_version}"),
-    Kind("sample", "replay_shard", "learner", "{group, items, dropped} + columns", bulk=True),
+    Kind("sample", "replay_shard", "learner", "{group, items, dropped|empty} + columns", bulk=True),
     Kind("priorities", "learner", "replay_shard", "{group} + indices, ids, td", bulk=True),
     Kind("weights_push", "learner", "param_server", "{key[, spec]} + weights", bulk=True),
     Kind("weights_pull", "collector", "param_server", "{key, have_version, min_version}"),

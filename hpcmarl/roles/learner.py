@@ -39,6 +39,7 @@ from ..comm.protocol import Message
 from ..comm.transport import LocalTransport
 from ..config.schema import LearnerConfig
 from ..core import Role
+from ..errors import ConfigError
 from ..items.spec import ItemSpec
 from .state_tree import flatten, nest
 
@@ -95,7 +96,9 @@ class GroupTrainer:
     the commander's books count one version per batch assigned (schedules/ledger.py). A member
     of a larger group still takes its part in the average (its members must stay in step),
     with a zero gradient. Either way their statistics are left out of the task's means, which
-    would otherwise report a loss of 0.0 as if something had been learned."""
+    would otherwise report a loss of 0.0 as if something had been learned. Deterministic
+    off-policy: updates a lone learner skipped because none of its shards held an item of the
+    group (`Learner.try_next_shard`)."""
     stats: list = field(default_factory=list)
     retarget: Retarget | None = None
     keys: dict[str, str] = field(default_factory=dict)
@@ -109,6 +112,9 @@ class GroupTrainer:
     """A member of the group asked to wrap up the task during this update (see `wrap_up`)."""
     unfinished: int = 0
     """Updates of this task left undone because it was wrapped up."""
+    attempt: int = 0
+    """Deterministic mode: shards that answered the pending update's request empty, so the
+    update asks the next in its rotation (see `Learner.request_samples`)."""
 
     @property
     def on_policy(self) -> bool:
@@ -206,6 +212,7 @@ class Learner(Role):
             self.publish(self.trainers[group])
         for trainer in self.trainers.values():
             trainer.remaining, trainer.unfinished = msg.meta["updates"], 0
+            trainer.attempt = 0
             trainer.stats, trainer.dropped, trainer.parts, trainer.empty = [], {}, {}, 0
             if trainer.on_policy and trainer.remaining:  # (PSRO's retarget task has none)
                 self.request_fragments(trainer, msg.meta["take"].get(trainer.group, {}))
@@ -218,8 +225,12 @@ class Learner(Role):
     def handle_sample(self, msg: Message) -> None:
         trainer = self.trainers[msg.meta["group"]]
         trainer.awaiting.discard(msg.src)
+        if msg.meta.get("empty"):
+            self.try_next_shard(trainer)
+            return
         if not trainer.on_policy:
             trainer.samples.append(msg)
+            trainer.attempt = 0
             return
         trainer.parts[msg.src] = msg
         dropped = int(msg.meta.get("dropped", 0))
@@ -244,13 +255,17 @@ class Learner(Role):
         """Off-policy: keep one request in flight per shard while this task needs batches.
         Deterministic mode asks for one batch at a time, after the last update's priorities
         went out, from its shards in turn: update u's batch comes from shard u mod S, so a
-        resume (which restores the update count) asks where the uninterrupted run would."""
+        resume (which restores the update count) asks where the uninterrupted run would. A
+        shard that holds none of the group's items answers at once, empty, and the update
+        asks shard u + 1 mod S, and so on (`try_next_shard`): what each shard holds at the
+        learn phase is the run's state, not timing, so a resume still asks where it did."""
         if trainer.on_policy:
             return
         if self.sequential:
             idle = trainer.steps is None and not trainer.samples and not trainer.awaiting
             if idle and trainer.remaining:
-                self.ask_for_batch(trainer, self.shards[trainer.updates % len(self.shards)])
+                turn = (trainer.updates + trainer.attempt) % len(self.shards)
+                self.ask_for_batch(trainer, self.shards[turn])
             return
         wanted = trainer.remaining - len(trainer.samples) - (trainer.steps is not None)
         for shard in self.shards:
@@ -258,6 +273,26 @@ class Learner(Role):
                 return
             if shard not in trainer.awaiting:
                 self.ask_for_batch(trainer, shard)
+
+    def try_next_shard(self, trainer: GroupTrainer) -> None:
+        """Deterministic mode: the shard asked holds none of the group's items; the next in
+        the rotation is asked. When none of this learner's shards holds any, a lone learner
+        skips the task's updates (counted as empty); the next round's collection fills them.
+        A member of a larger group cannot skip alone (its group averages every update)."""
+        trainer.attempt += 1
+        if trainer.attempt < len(self.shards):
+            return
+        trainer.attempt = 0
+        if trainer.averager.size > 1:
+            raise ConfigError(
+                f"{self.name}: none of its replay shards {', '.join(self.shards)} holds an item "
+                f"of group {trainer.group} at a learn phase (deterministic mode: member j of a "
+                "group of n learners samples only shards j, j+n, ...)",
+                "raise replay.learning_starts, so that every shard holds the group's items "
+                "before learning starts",
+            )
+        trainer.empty += trainer.remaining
+        trainer.remaining = 0
 
     def ask_for_batch(self, trainer: GroupTrainer, shard: str) -> None:
         trainer.awaiting.add(shard)

@@ -16,7 +16,9 @@ different times fill their groups at different rates, and without this the fast 
 limiter and the slow group's empty one wait on each other for ever. Consumer flow: a learner
 asks for one batch at a time; a replay request waits here until the limiter allows a sample; a
 queue request is answered at once with what the queue holds (the commander grants learners
-only what it knows was inserted).
+only what it knows was inserted). In deterministic mode nothing is inserted while learners
+learn, so a replay request on a table too small to sample is answered at once, empty, and the
+learner asks its next shard.
 
 Checkpoints: the file is written from the tables' own memory, not from a copy of many GiB, so
 while it is written (`writing`) batches wait in `pending_inserts` instead of overwriting rows
@@ -278,7 +280,10 @@ class ReplayShard(Role):
             table = self.tables[group]
             assert not isinstance(table, ItemQueue)
             if table.size == 0 or not self.limiters[group].can_sample(table.size):
-                self.pending_samples.append(msg)
+                if self.nothing_to_wait_for(group):
+                    self.send("sample", msg.src, {"group": group, "items": 0, "empty": True})
+                else:
+                    self.pending_samples.append(msg)
                 continue
             columns, info = table.sample(n)
             self.limiters[group].on_sample(n)
@@ -289,6 +294,15 @@ class ReplayShard(Role):
             served += 1
         self.samples_served += served
         return served > 0
+
+    def nothing_to_wait_for(self, group: str) -> bool:
+        """Deterministic mode: a table that cannot serve now never will before the learner's
+        task ends (lockstep inserts nothing during the learn phase), so a request on it is
+        answered at once, empty, and the learner asks its next shard. Whether this shard
+        can serve depends only on what was inserted, so a resume answers as the run did."""
+        if not self.deterministic or self.writing:
+            return False
+        return not any(m.meta["group"] == group for m in self.pending_inserts)
 
     def serve_queue(self, msg: Message) -> None:
         """Hand out the range of items asked for at once (the fresh ones; an empty answer
