@@ -101,6 +101,7 @@ hosts_lines_remove() {
 
 hosts_lines_add() {
   local name addr pid ns
+  [ -z "$(tail -c 1 /etc/hosts)" ] || echo >>/etc/hosts # a last line without its newline
   while read -r name addr pid ns; do
     echo "$addr $name $MARK" >>/etc/hosts
   done <"$HOSTS_FILE"
