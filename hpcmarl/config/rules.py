@@ -196,7 +196,9 @@ RULES: dict[str, Rule] = {
     "topology.param_servers": at_least(1),
     "topology.replay_shards": at_least(1),
     "topology.learners": at_least(1),
-    "topology.collectors": at_least(1),
+    "topology.collectors": Rule(
+        lambda v: v == "auto" or v >= 1, 'must be "auto" or >= 1', "auto or an integer >= 1"
+    ),
     "commander.max_updates": at_least(0),
     "commander.eval_every_rounds": at_least(1),
     "replay_log.flush_every_fragments": at_least(1),

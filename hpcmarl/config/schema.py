@@ -7,7 +7,7 @@ that `python -m hpcmarl --explain` and error messages can say what a key is for.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from hpcmarl.algos.catalog import DQNConfig, PPOConfig, QMIXConfig, R2D2Config
 
@@ -264,8 +264,12 @@ class TopologyConfig:
     """Replay-shard roles."""
     learners: int = 2
     """Learner roles (learners of one policy average their gradients)."""
-    collectors: int = 10
-    """Collector roles."""
+    collectors: int | Literal["auto"] = "auto"
+    """Collector roles, or auto: one collector on every rank the other roles leave free (so a
+    batch allocation of any size has every rank working: 128 ranks and the default roles give
+    122 collectors), and never fewer than 10, the default layout's count, which a world too
+    small for them co-locates as an explicit count would (one process, or `mpirun -n 8`). With
+    topology.colocate=false, auto is exactly the free ranks."""
     colocate: bool = True
     """Let a world smaller than the role count host several roles per rank; when false such a
     world is refused."""

@@ -86,9 +86,12 @@ def _type_word(tp: Any) -> str:
     """The type as a user reads it: "a list of integers", "a finite number or null"."""
     if tp in _SCALARS:
         return _SCALARS[tp][1]
+    if typing.get_origin(tp) is typing.Literal:
+        return " or ".join(show(a) for a in typing.get_args(tp))
     if _is_optional(tp):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return " or ".join(_type_word(a) for a in inner) + " or null"
+        null = " or null" if len(inner) < len(typing.get_args(tp)) else ""
+        return " or ".join(_type_word(a) for a in inner) + null
     if typing.get_origin(tp) is list:
         return "a list of " + _type_word(typing.get_args(tp)[0]).split(" ", 1)[1] + "s"
     return "a mapping with string keys" if typing.get_origin(tp) is dict else "any value"
@@ -98,9 +101,14 @@ def _coerce(tp: Any, value: Any) -> Any:
     """The value converted to the annotated type (1e5 -> 100000 for an int), or `_Mismatch`."""
     if tp in _SCALARS:
         return _SCALARS[tp][0](value)
+    if typing.get_origin(tp) is typing.Literal:
+        if value not in typing.get_args(tp) or not isinstance(value, str):
+            raise _Mismatch
+        return value
     if _is_optional(tp):
-        inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return None if value is None else _coerce(inner[0], value)
+        if value is None and type(None) in typing.get_args(tp):
+            return None
+        return _coerce_first([a for a in typing.get_args(tp) if a is not type(None)], value)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is list and isinstance(value, list):
         return [_coerce(args[0], item) for item in value]
@@ -108,6 +116,16 @@ def _coerce(tp: Any, value: Any) -> Any:
         return copy.deepcopy(value)
     if tp is Any:
         return copy.deepcopy(value)
+    raise _Mismatch
+
+
+def _coerce_first(types_: list[Any], value: Any) -> Any:
+    """The value as the first of a union's types that takes it (`int | Literal["auto"]`)."""
+    for tp in types_:
+        try:
+            return _coerce(tp, value)
+        except _Mismatch:
+            continue
     raise _Mismatch
 
 

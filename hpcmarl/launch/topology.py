@@ -77,27 +77,43 @@ class Topology:
         return "\n".join(lines)
 
 
-def role_counts(cfg: TopologyConfig) -> dict[str, int]:
+AUTO_MIN_COLLECTORS = 10
+"""`topology.collectors: auto` places at least this many (the default layout's count), so that
+a world too small to give each role a rank runs the layout it ran before auto existed."""
+
+
+def role_counts(cfg: TopologyConfig, world_size: int) -> dict[str, int]:
+    """How many of each role the job places on `world_size` ranks."""
+    others = 1 + cfg.param_servers + cfg.replay_shards + cfg.learners
     return {
         "commander": 1,
         "param_server": cfg.param_servers,
         "replay_shard": cfg.replay_shards,
         "learner": cfg.learners,
-        "collector": cfg.collectors,
+        "collector": collector_count(cfg, world_size - others),
     }
+
+
+def collector_count(cfg: TopologyConfig, free_ranks: int) -> int:
+    """An explicit count as it stands; auto fills the ranks the other roles leave free, with at
+    least `AUTO_MIN_COLLECTORS` co-located where roles may share ranks (else at least one)."""
+    if cfg.collectors != "auto":
+        return cfg.collectors
+    return max(free_ranks, AUTO_MIN_COLLECTORS if cfg.colocate else 1)
 
 
 def build_topology(world_size: int, cfg: TopologyConfig, groups: dict[str, list[str]]) -> Topology:
     """Place the roles of a job (training groups -> their policies) on `world_size` ranks;
     refuse what cannot be placed."""
-    counts = role_counts(cfg)
+    counts = role_counts(cfg, world_size)
     needed = sum(counts.values())
     notes: list[str] = []
     if world_size < needed and not cfg.colocate:
+        fewer = max(1, counts["collector"] - (needed - world_size))
         raise TopologyError(
             f"the job needs {needed} ranks ({_describe(counts)}) but the world has {world_size}",
             f"run with `mpirun -n {needed}`, set topology.colocate=true, or lower the role "
-            f"counts (e.g. topology.collectors={max(1, cfg.collectors - (needed - world_size))})",
+            f"counts (e.g. topology.collectors={fewer})",
         )
     if world_size < cfg.learners:
         notes.append(
@@ -109,8 +125,8 @@ def build_topology(world_size: int, cfg: TopologyConfig, groups: dict[str, list[
         rank_of, kind_of = _one_per_rank(counts)
         if world_size > needed:
             notes.append(
-                f"ranks {needed}..{world_size - 1} host no role; raise "
-                "topology.collectors to use them"
+                f"ranks {needed}..{world_size - 1} host no role; set "
+                "topology.collectors=auto (or raise it) to use them"
             )
     else:
         rank_of, kind_of = _colocate(counts, world_size)

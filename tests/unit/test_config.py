@@ -21,7 +21,7 @@ from hpcmarl.config import (
     load_job,
     save_resolved,
 )
-from hpcmarl.config.docs import all_keys, walk
+from hpcmarl.config.docs import all_keys, show, walk
 from hpcmarl.config.rules import RULES
 from hpcmarl.errors import ConfigError, UserError
 
@@ -96,6 +96,7 @@ def test_save_resolved_then_load_gives_an_equal_config(tmp_path: Path) -> None:
         ("learner.lr=5e-4", "learner", "lr", 5e-4),
         ("learner.lr=1", "learner", "lr", 1.0),
         ("topology.collectors=4", "topology", "collectors", 4),
+        ("topology.collectors=auto", "topology", "collectors", "auto"),
         ("commander.max_env_steps=1e5", "commander", "max_env_steps", 100_000),
         ("commander.stop_value=null", "commander", "stop_value", None),
         ("commander.stop_value=-20", "commander", "stop_value", -20.0),
@@ -489,8 +490,18 @@ def test_every_field_has_help() -> None:
         assert field_help(cls, fld.name), path
 
 
+@pytest.mark.parametrize("value", ["many", 2.5, "10", None])
+def test_collectors_take_an_integer_or_auto_and_name_both(value: object) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_job(None, [f"topology.collectors={show(value)}"])
+    msg = str(err.value)
+    assert "topology.collectors" in msg and "'auto'" in msg and "integer" in msg, msg
+    assert len(msg.splitlines()) == 1
+
+
 def test_explain_mentions_every_key_with_type_default_and_help() -> None:
     text = explain()
+    assert "topology.collectors: int | Literal['auto'] = 'auto'  [must be \"auto\" or >= 1]" in text
     for path in all_keys():
         assert f"{path}:" in text, path
     assert "learner.lr: float = 0.001  [must be > 0]" in text

@@ -1,4 +1,5 @@
-"""The wiring diagram at world sizes 1, 2, 5 and 16, and the refusal of a world too small."""
+"""The wiring diagram at world sizes 1 to 128 (collectors: auto fills the world), and the refusal
+of a world too small."""
 
 from __future__ import annotations
 
@@ -47,9 +48,40 @@ def test_five_ranks_spread_collectors_evenly() -> None:
 
 def test_world_too_small_without_colocation_names_the_fix() -> None:
     with pytest.raises(TopologyError) as err:
-        build_topology(5, TopologyConfig(colocate=False), {"shared": ["shared"]})
+        build_topology(5, TopologyConfig(collectors=10, colocate=False), {"shared": ["shared"]})
     text = str(err.value)
     assert "needs 16 ranks" in text and "world has 5" in text and "mpirun -n 16" in text
+
+
+def test_auto_without_colocation_needs_one_collector_rank() -> None:
+    with pytest.raises(TopologyError) as err:
+        build_topology(5, TopologyConfig(colocate=False), {"shared": ["shared"]})
+    assert "needs 7 ranks" in str(err.value) and "mpirun -n 7" in str(err.value)
+    topo = build_topology(12, TopologyConfig(colocate=False), {"shared": ["shared"]})
+    assert len(topo.names("collector")) == 6
+    assert all(len(topo.roles_on(r)) == 1 for r in range(12))
+
+
+@pytest.mark.parametrize("world", [16, 17, 32, 128])
+def test_auto_collectors_fill_every_rank_left(world: int) -> None:
+    topo = build_topology(world, TopologyConfig(), {"shared": ["shared"]})
+    assert len(topo.names("collector")) == world - 6
+    assert all(len(topo.roles_on(r)) == 1 for r in range(world))
+    assert topo.rank_of["commander"] == 0 and topo.notes == []
+
+
+@pytest.mark.parametrize("world", [8, 12])
+def test_auto_collectors_in_a_small_world_keep_the_default_count(world: int) -> None:
+    topo = build_topology(world, TopologyConfig(), {"shared": ["shared"]})
+    assert len(topo.names("collector")) == 10
+    assert all(topo.roles_on(r) for r in range(world))
+
+
+def test_explicit_collectors_stay_as_counted_on_a_larger_world() -> None:
+    topo = build_topology(32, TopologyConfig(collectors=3), {"shared": ["shared"]})
+    assert len(topo.names("collector")) == 3
+    assert topo.roles_on(9) == [] and "ranks 9..31 host no role" in topo.notes[0]
+    assert "topology.collectors=auto" in topo.notes[0]
 
 
 def test_independent_policies_share_out_learners() -> None:
@@ -67,6 +99,6 @@ def test_data_parallel_groups_get_a_communicator_color() -> None:
 
 
 def test_extra_ranks_are_reported_idle() -> None:
-    topo = build_topology(18, TopologyConfig(), {"shared": ["shared"]})
+    topo = build_topology(18, TopologyConfig(collectors=10), {"shared": ["shared"]})
     assert topo.roles_on(17) == []
     assert any("host no role" in note for note in topo.notes)
