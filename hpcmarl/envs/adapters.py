@@ -146,6 +146,15 @@ class EnvCopy(Protocol):
     def close(self) -> None: ...
 
 
+def old_gym_api(env_id: str, what: str) -> EnvError:
+    """An env written for gym < 0.26: its outputs would be unpacked into the wrong fields."""
+    return EnvError(
+        f"{env_id} uses the old gym API: its {what}",
+        "port it to gymnasium's API (reset returns (obs, info); step returns (obs, reward, "
+        "terminated, truncated, info)), or wrap it in shimmy's GymV26CompatibilityV0",
+    )
+
+
 class GymnasiumCopy:
     """A gymnasium env as a one-agent copy; the episode is over on termination or truncation.
     Masks come from `info["action_mask"]`; a step whose info lacks one (a terminal step, say)
@@ -155,6 +164,7 @@ class GymnasiumCopy:
 
     def __init__(self, env: gymnasium.Env, env_id: str) -> None:
         self.env = env
+        self.env_id = env_id
         self.agents = [SINGLE_AGENT_ID]
         self.observation_spaces = {SINGLE_AGENT_ID: env.observation_space}
         self.action_spaces = {SINGLE_AGENT_ID: env.action_space}
@@ -175,7 +185,10 @@ class GymnasiumCopy:
         out[0][i] = True if self._mask is None else self._mask
 
     def reset_into(self, seed: int | None, i: int, obs: list[np.ndarray]) -> None:
-        first, info = self.env.reset(seed=seed)
+        result = self.env.reset(seed=seed)
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
+            raise old_gym_api(self.env_id, "reset() returned only the observation")
+        first, info = result
         self._write_obs(first, obs, i)
         self._mask = info.get("action_mask")
         self.has_masks = self.has_masks or self._mask is not None
@@ -195,6 +208,15 @@ class GymnasiumCopy:
         out.terminations[0, i] = terminated
         out.truncations[0, i] = truncated
         return terminated or truncated
+
+    def check_api(self) -> None:
+        """One step of the bare env (after a reset), by a legal action: gymnasium's wrappers
+        unpack a step themselves, so a 4-value step fails inside them with a bare ValueError."""
+        action = 0 if self._mask is None else int(np.argmax(self._mask))
+        result = self.env.unwrapped.step(action + self._offset)
+        if not isinstance(result, tuple) or len(result) != 5:
+            got = f"{len(result)} values" if isinstance(result, tuple) else describe(result)
+            raise old_gym_api(self.env_id, f"step() returned {got}, not 5")
 
     def close(self) -> None:
         self.env.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import pkgutil
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -55,16 +56,21 @@ def make_gymnasium(env_id: str, kwargs: dict[str, Any], frame_stack: int = 1) ->
     """A gymnasium env; an unknown id gets the closest registered ids as suggestions."""
     if env_id not in gymnasium.registry and ":" not in env_id:
         raise EnvError(f"unknown gymnasium id {env_id!r}", _suggest_gymnasium(env_id))
+    if ":" in env_id:  # gymnasium imports the module, but lets its own errors through
+        try:
+            importlib.import_module(env_id.split(":", 1)[0])
+        except ModuleNotFoundError:
+            pass  # named below, with close ids
+        except Exception as exc:  # noqa: BLE001 - the user's module: any error is theirs
+            raise _module_error(env_id.split(":", 1)[0], exc) from exc
     try:
         env = gymnasium.make(env_id, **kwargs)
     except (gymnasium.error.Error, ModuleNotFoundError) as exc:
         raise EnvError(
             f"gymnasium cannot make {env_id!r}: {exc}", _suggest_gymnasium(env_id)
         ) from exc
-    except TypeError as exc:
-        raise EnvError(
-            f"{env_id} rejects env.kwargs {kwargs}: {exc}", "fix or remove env.kwargs"
-        ) from exc
+    except Exception as exc:  # noqa: BLE001 - the env's constructor refused its kwargs
+        raise _kwargs_error(env_id, kwargs, exc) from exc
     if frame_stack > 1:
         env = gymnasium.wrappers.FrameStackObservation(env, frame_stack, padding_type="reset")
     return GymnasiumCopy(env, env_id)
@@ -84,10 +90,8 @@ def make_pettingzoo(env_id: str, kwargs: dict[str, Any], frame_stack: int = 1) -
         )
     try:
         env = getattr(module, api)(**kwargs)
-    except TypeError as exc:
-        raise EnvError(
-            f"{env_id}.{api} rejects env.kwargs {kwargs}: {exc}", "fix or remove env.kwargs"
-        ) from exc
+    except Exception as exc:  # noqa: BLE001 - the env's constructor refused its kwargs
+        raise _kwargs_error(f"{env_id}.{api}", kwargs, exc) from exc
     if api != "parallel_env":
         if frame_stack > 1:
             raise EnvError(
@@ -127,6 +131,31 @@ def _import_env_module(env_id: str) -> Any:
             f"could not import PettingZoo env module {env_id!r} ({exc})",
             _suggest_module(env_id),
         ) from exc
+    except Exception as exc:  # noqa: BLE001 - the user's module: any error is theirs
+        raise _module_error(env_id, exc) from exc
+
+
+def _module_error(module: str, exc: Exception) -> EnvError:
+    """A user's env module that does not import: where it broke, not our traceback."""
+    if isinstance(exc, SyntaxError):
+        return EnvError(
+            f"env module {module!r} has a syntax error at {exc.filename}:{exc.lineno}: {exc.msg}",
+            f"fix line {exc.lineno} of {exc.filename}",
+        )
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return EnvError(
+        f"importing env module {module!r} raised {type(exc).__name__}: {exc}{where}",
+        f"fix the module (`python -c 'import {module}'` shows the whole traceback)",
+    )
+
+
+def _kwargs_error(maker: str, kwargs: dict[str, Any], exc: Exception) -> EnvError:
+    """The env's constructor raised: most often a keyword or value it does not take."""
+    return EnvError(
+        f"{maker} rejects env.kwargs {kwargs}: {type(exc).__name__}: {exc}",
+        "fix or remove env.kwargs (the env's constructor names what it takes)",
+    )
 
 
 def _suggest_module(env_id: str) -> str:

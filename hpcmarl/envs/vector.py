@@ -223,6 +223,13 @@ class MultiAgentVectorEnv:
             action_masks=self.action_masks,
         )
 
+    def check_api(self) -> None:
+        """After a reset: refuse a copy whose env speaks an older API than its family's (an
+        old-gym env whose step returns 4 values), before any collector steps it."""
+        for copy in self._copies:
+            if hasattr(copy, "check_api"):
+                copy.check_api()
+
     def close(self) -> None:
         """Close every copy (renderers, subprocesses of the underlying envs)."""
         for copy in self._copies:

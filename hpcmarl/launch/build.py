@@ -105,6 +105,7 @@ def probe_env(cfg: JobConfig) -> EnvSpec:
     policy_of = resolve_mapping(cfg.agents.mapping, env.agents)
     for agent in env.agents:
         registry.check_fits(cfg.learner.algo, env.action_space(agent))
+    env.check_api()
     check_policy_spaces(
         policy_of,
         {a: env.observation_space(a) for a in env.agents},

@@ -289,3 +289,71 @@ def test_a_user_error_while_a_rank_builds_its_roles_is_one_line_and_exit_2(
         "hpcmarl: error: rank 0: the environment needs a display; "
         "fix: set env.kwargs.render_mode=null\n"
     )
+
+
+# --- env modules the user wrote ------------------------------------------------------------------
+
+OLD_GYM = """
+import gymnasium, numpy as np
+
+class Old(gymnasium.Env):
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        return (np.zeros(4, np.float32), {{}}) if {new_reset} else np.zeros(4, np.float32)
+
+    def step(self, action):
+        return np.zeros(4, np.float32), 1.0, False, {{}}
+
+gymnasium.register("{name}-v0", entry_point=Old, max_episode_steps=50)
+"""
+ENV_MODULES = [
+    # (case, module text, env.kind, env.id suffix, overrides, what the line must say)
+    ("pettingzoo syntax", "def parallel_env(:\n    pass\n", "pettingzoo", "", [], "syntax error"),
+    ("pettingzoo raises", "raise RuntimeError('no licence')\n", "pettingzoo", "", [], "no licence"),
+    ("gymnasium syntax", "class Env(\n", "gymnasium", ":Env-v0", [], "syntax error"),
+    ("gymnasium raises", "raise ValueError('no table')\n", "gymnasium", ":Env-v0", [], "no table"),
+    ("reset gives obs only", OLD_GYM, "gymnasium", ":{name}-v0", [], "old gym API"),
+    ("step gives 4 values", OLD_GYM, "gymnasium", ":{name}-v0", [], "old gym API"),
+    (
+        "constructor rejects a kwarg value",
+        "",
+        "gymnasium",
+        "hpcmarl.testing.broken:Broken-v0",
+        ["env.kwargs.fault=x"],
+        "rejects env.kwargs",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "text", "kind", "suffix", "overrides", "says"),
+    ENV_MODULES,
+    ids=[c[0] for c in ENV_MODULES],
+)
+def test_a_broken_env_module_is_one_line_and_exit_2(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    case: str,
+    text: str,
+    kind: str,
+    suffix: str,
+    overrides: list[str],
+    says: str,
+) -> None:
+    name = f"usermod_{abs(hash((case, str(tmp_path)))):x}"  # a module not imported before
+    env_id = suffix.format(name=name) if not text else f"{name}{suffix.format(name=name)}"
+    if text:
+        (tmp_path / "mods").mkdir()
+        new_reset = case != "reset gives obs only"
+        (tmp_path / "mods" / f"{name}.py").write_text(text.format(name=name, new_reset=new_reset))
+        monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    env = [f"env.kind={kind}", f"env.id={env_id}", f"runtime.run_dir={tmp_path / 'run'}"]
+    line = refused(capsys, None, [*env, *overrides])
+    assert says in line, (case, line)
+    assert os.listdir(cwd) == [] and not (tmp_path / "run").exists()
