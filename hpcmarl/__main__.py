@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     from .launch import signals
 
     signals.install()
+    from .launch.output import keep_running_when_streams_close
+
+    keep_running_when_streams_close()
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("-h", "--help", "help"):
         print(USAGE)
