@@ -134,9 +134,9 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
 def expand_plan(payload: tuple, nodes: list[Node]) -> Plan:
     cfg_dict, spec, run_dir, resume_id = payload
     cfg = job_from_dict(cfg_dict)
-    topology = build_topology(len(nodes), cfg.topology, spec.training_groups())
-    one_host = len({host for host, _ in nodes}) == 1
-    return Plan(cfg, spec, topology, run_dir, resume_id, one_host)
+    hosts = [host for host, _ in nodes]
+    topology = build_topology(len(nodes), cfg.topology, spec.training_groups(), hosts)
+    return Plan(cfg, spec, topology, run_dir, resume_id, len(set(hosts)) == 1)
 
 
 def run_rank(plan: Plan, comm: Any, rank: int) -> int:

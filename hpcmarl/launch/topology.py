@@ -10,6 +10,7 @@ the key (`population.server_for`), so keys can be added while the job runs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..comm.protocol import format_table
@@ -44,6 +45,8 @@ class Topology:
     groups_of_learner: dict[str, list[str]]
     learners_of_group: dict[str, list[str]]
     notes: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    """Each rank's host name, by rank, as gathered at start; empty where unknown (one process)."""
 
     def names(self, kind: str) -> list[str]:
         return [name for name, k in self.kind_of.items() if k == kind]
@@ -60,9 +63,12 @@ class Topology:
         return None
 
     def format(self) -> str:
+        """The wiring printed at start: each rank's roles, one line per host naming its ranks
+        and roles (when the hosts are known), then groups, routes and messages."""
         lines = [f"hpcmarl: topology for {self.world_size} rank(s)"]
         for rank in range(self.world_size):
             lines.append(f"  rank {rank:>3}: {', '.join(self.roles_on(rank)) or '(idle)'}")
+        lines += self.host_lines(self.hosts) if self.hosts else []
         for group, policies in self.groups.items():
             learners = ", ".join(self.learners_of_group[group])
             lines.append(f"  group {group} (policies {', '.join(policies)}): trained by {learners}")
@@ -75,6 +81,61 @@ class Topology:
         lines.append("  messages:\n" + format_table())
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
+
+    def host_lines(self, hosts: list[str]) -> list[str]:
+        """`host hpc1: ranks 0-3 (commander, ps0, learner0, collector0-5)`, hosts in the order
+        of their first rank; `hosts[r]` is rank r's host name."""
+        ranks_of: dict[str, list[int]] = {}
+        for rank, host in enumerate(hosts):
+            ranks_of.setdefault(host, []).append(rank)
+        lines = []
+        for host, ranks in ranks_of.items():
+            roles = [name for rank in ranks for name in self.roles_on(rank)]
+            label = "rank" if len(ranks) == 1 else "ranks"
+            lines.append(
+                f"  host {host}: {label} {spans(ranks)} ({', '.join(name_spans(roles)) or 'idle'})"
+            )
+        return lines
+
+
+def spans(numbers: list[int]) -> str:
+    """`0-3, 8, 10-11` from [0, 1, 2, 3, 8, 10, 11], and `0-126 step 2` for every second rank
+    (a host's ranks when the launcher maps round robin)."""
+    xs, i = sorted(numbers), 0
+    out: list[str] = []
+    while i < len(xs):
+        j = i
+        step = xs[i + 1] - xs[i] if i + 1 < len(xs) else 1
+        while j + 1 < len(xs) and xs[j + 1] - xs[j] == step:
+            j += 1
+        if j == i or (step > 1 and j - i < 2):
+            out.append(str(xs[i]))
+            i += 1
+            continue
+        out.append(f"{xs[i]}-{xs[j]}" + (f" step {step}" if step > 1 else ""))
+        i = j + 1
+    return ", ".join(out)
+
+
+def name_spans(names: list[str]) -> list[str]:
+    """Role names with runs of one kind written once: `collector6-25` for twenty collectors."""
+    by_prefix: dict[str, list[int]] = {}
+    order: list[str] = []
+    for name in names:
+        prefix = name.rstrip("0123456789")
+        if prefix == name:
+            order.append(name)
+            continue
+        if prefix not in by_prefix:
+            order.append(prefix)
+        by_prefix.setdefault(prefix, []).append(int(name[len(prefix) :]))
+    out: list[str] = []
+    for item in order:
+        if item not in by_prefix:
+            out.append(item)
+            continue
+        out += [item + run for run in spans(by_prefix[item]).split(", ")]
+    return out
 
 
 AUTO_MIN_COLLECTORS = 10
@@ -102,9 +163,14 @@ def collector_count(cfg: TopologyConfig, free_ranks: int) -> int:
     return max(free_ranks, AUTO_MIN_COLLECTORS if cfg.colocate else 1)
 
 
-def build_topology(world_size: int, cfg: TopologyConfig, groups: dict[str, list[str]]) -> Topology:
+def build_topology(
+    world_size: int,
+    cfg: TopologyConfig,
+    groups: dict[str, list[str]],
+    hosts: Sequence[str] = (),
+) -> Topology:
     """Place the roles of a job (training groups -> their policies) on `world_size` ranks;
-    refuse what cannot be placed."""
+    refuse what cannot be placed. `hosts` (each rank's host name) only annotates the plan."""
     counts = role_counts(cfg, world_size)
     needed = sum(counts.values())
     notes: list[str] = []
@@ -132,7 +198,9 @@ def build_topology(world_size: int, cfg: TopologyConfig, groups: dict[str, list[
         rank_of, kind_of = _colocate(counts, world_size)
     learners = [n for n, k in kind_of.items() if k == "learner"]
     by_learner, by_group = _assign_learners(learners, list(groups))
-    return Topology(world_size, rank_of, kind_of, dict(groups), by_learner, by_group, notes)
+    topology = Topology(world_size, rank_of, kind_of, dict(groups), by_learner, by_group, notes)
+    topology.hosts = list(hosts)
+    return topology
 
 
 def _describe(counts: dict[str, int]) -> str:

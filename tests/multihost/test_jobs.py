@@ -32,6 +32,8 @@ def test_the_default_job_runs_at_8_ranks_on_2_hosts(cluster: Cluster, tmp_path: 
     assert job.returncode == 0, err[-3000:]
     assert "hpcmarl: finished: step budget reached" in out
     assert hosts == {rank: "hpc1" if rank < 4 else "hpc2" for rank in range(8)}  # in blocks
+    assert "  host hpc1: ranks 0-3 (commander, " in out  # the wiring names each host's ranks
+    assert "  host hpc2: ranks 4-7 (" in out
 
 
 def test_kill_9_of_a_rank_on_host_2_ends_the_job_on_every_host(

@@ -7,7 +7,7 @@ import pytest
 
 from hpcmarl.config.schema import TopologyConfig
 from hpcmarl.errors import TopologyError
-from hpcmarl.launch.topology import build_topology
+from hpcmarl.launch.topology import build_topology, spans
 
 
 def test_default_layout_on_16_ranks_is_one_role_per_rank() -> None:
@@ -102,3 +102,33 @@ def test_extra_ranks_are_reported_idle() -> None:
     topo = build_topology(18, TopologyConfig(collectors=10), {"shared": ["shared"]})
     assert topo.roles_on(17) == []
     assert any("host no role" in note for note in topo.notes)
+
+
+def test_wiring_names_each_hosts_ranks_and_roles() -> None:
+    text = build_topology(
+        8, TopologyConfig(), {"shared": ["shared"]}, ["hpc1"] * 4 + ["hpc2"] * 4
+    ).format()
+    assert "  host hpc1: ranks 0-3 (commander, collector0, collector5-8, learner0-1)" in text
+    assert "  host hpc2: ranks 4-7 (collector1-4, collector9, replay0-1, ps0)" in text
+    assert "host" not in build_topology(8, TopologyConfig(), {"shared": ["shared"]}).format()
+
+
+def test_host_lines_of_128_ranks_on_4_nodes_in_blocks_and_round_robin() -> None:
+    topo = build_topology(128, TopologyConfig(), {"shared": ["shared"]})
+    blocks = topo.host_lines([f"node{r // 32 + 1}" for r in range(128)])
+    assert blocks == [
+        "  host node1: ranks 0-31 (commander, ps0, replay0-1, learner0-1, collector0-25)",
+        "  host node2: ranks 32-63 (collector26-57)",
+        "  host node3: ranks 64-95 (collector58-89)",
+        "  host node4: ranks 96-127 (collector90-121)",
+    ]
+    alternate = topo.host_lines([f"node{r % 2 + 1}" for r in range(128)])
+    assert (
+        alternate[1]
+        == "  host node2: ranks 1-127 step 2 (ps0, replay1, learner1, collector1-121 step 2)"
+    )
+
+
+def test_spans_write_runs_and_strides() -> None:
+    assert spans([0, 1, 2, 3, 8, 10, 11]) == "0-3, 8, 10-11"
+    assert spans([7]) == "7" and spans([2, 4]) == "2, 4" and spans([1, 3, 4, 5]) == "1, 3-5"
