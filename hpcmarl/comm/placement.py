@@ -1,46 +1,52 @@
-"""Which device a learner trains on: one GPU per learner on a node, round robin, else the CPU.
+"""Which device a learner trains on: one GPU per learner on a host, round robin, else the CPU.
 
-Learners on one node are told apart by their node-local rank, which every launcher exports under
-its own name; `local_rank % device_count` spreads them over the node's GPUs and lets several
-share one when there are more learners than GPUs. Collectors act on small batches and stay on
-the CPU, where a forward pass costs less than a transfer to a GPU.
+A learner's GPU is its index among the learners on its host, by rank, modulo the host's GPU
+count: two learners on a two-GPU host use both, and more learners than GPUs share them. The
+host of each rank is gathered once at start (`launch.memory.gather_nodes`), so the index holds
+under any launcher. A launcher's node-local rank counts every role's rank, and Slurm's
+`SLURM_LOCALID` of the batch step is inherited by every rank that `mpirun` starts (all 0), which
+put several learners on `cuda:0`. Collectors act on small batches and stay on the CPU, where a
+forward pass costs less than a transfer to a GPU.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import ConfigError
 
-LOCAL_RANK_VARS = (
-    "SLURM_LOCALID",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "MPI_LOCALRANKID",
-    "PMI_LOCAL_RANK",
-)
-"""Node-local rank as exported by Slurm's srun, Open MPI, MPICH/Intel MPI (Hydra) and PMI."""
+
+def host_slots(hosts: Sequence[str], ranks: Iterable[int]) -> dict[int, int]:
+    """Each of `ranks`'s index among those of `ranks` on its host, by rank (`hosts[r]` is rank
+    r's host name)."""
+    seen: dict[str, int] = {}
+    slots = {}
+    for rank in sorted(ranks):
+        slots[rank] = seen.get(hosts[rank], 0)
+        seen[hosts[rank]] = slots[rank] + 1
+    return slots
 
 
-def local_rank(environ: Mapping[str, str] | None = None) -> int:
-    """This process's rank among the processes of its node; 0 when no launcher says."""
-    env = os.environ if environ is None else environ
-    for var in LOCAL_RANK_VARS:
-        value = env.get(var, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 0
+def learner_devices(
+    hosts: Sequence[str], learner_ranks: Iterable[int], gpus_per_host: Mapping[str, int]
+) -> dict[int, str]:
+    """The device of each learner rank, given every host's GPU count: the whole placement as
+    one pure function (each learner applies its own row of it through `learner_device`)."""
+    slots = host_slots(hosts, learner_ranks)
+    return {rank: choose_device(slot, gpus_per_host[hosts[rank]]) for rank, slot in slots.items()}
 
 
-def choose_device(local: int, cuda_devices: int) -> str:
-    """`cuda:<local % n>` when the node has n > 0 GPUs, else `cpu`."""
+def choose_device(slot: int, cuda_devices: int) -> str:
+    """`cuda:<slot % n>` when the host has n > 0 GPUs, else `cpu`."""
     if cuda_devices <= 0:
         return "cpu"
-    return f"cuda:{local % cuda_devices}"
+    return f"cuda:{slot % cuda_devices}"
 
 
-def learner_device(preference: str = "auto", environ: Mapping[str, str] | None = None) -> str:
-    """The device this process's learner trains on, given `learner.device`."""
+def learner_device(preference: str = "auto", slot: int = 0) -> str:
+    """The device this process's learner trains on, given `learner.device` and the learner's
+    index among the learners on its host (`host_slots`)."""
     if preference == "cpu":
         return "cpu"
     import torch
@@ -53,7 +59,7 @@ def learner_device(preference: str = "auto", environ: Mapping[str, str] | None =
             "set learner.device=auto or cpu, or run the learners on a node with a GPU and a "
             "CUDA build of torch",
         )
-    return choose_device(local_rank(environ), count)
+    return choose_device(slot, count)
 
 
 def make_cuda_deterministic() -> None:

@@ -389,12 +389,13 @@ def build_learner(
     group_comm: Any,
     name: str,
 ) -> Learner:
-    """A learner on this node's GPU (round robin) or the CPU, with one averager per group.
+    """A learner on its host's GPU (round robin over the host's learners) or the CPU, with one
+    averager per group.
 
     The group root announces the averaging backend in one line; choosing it is collective over
     the group, which every member reaches here, at start-up.
     """
-    device = learner_device(cfg.learner.device)
+    device = learner_device(cfg.learner.device, topology.learner_slot(name))
     if cfg.commander.deterministic and device.startswith("cuda"):
         make_cuda_deterministic()
     if line := device_line(name, device):

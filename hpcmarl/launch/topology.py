@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..comm.placement import host_slots
 from ..comm.protocol import format_table
 from ..config.schema import TopologyConfig
 from ..errors import TopologyError
@@ -61,6 +62,14 @@ class Topology:
             if any(self.rank_of[name] == rank for name in group):
                 return color
         return None
+
+    def learner_slot(self, name: str) -> int:
+        """Learner `name`'s index among the learners on its host, by rank: its GPU, modulo the
+        host's GPU count (`comm.placement`)."""
+        if not self.hosts:
+            return 0
+        ranks = [self.rank_of[learner] for learner in self.names("learner")]
+        return host_slots(self.hosts, ranks)[self.rank_of[name]]
 
     def format(self) -> str:
         """The wiring printed at start: each rank's roles, one line per host naming its ranks

@@ -132,3 +132,17 @@ def test_host_lines_of_128_ranks_on_4_nodes_in_blocks_and_round_robin() -> None:
 def test_spans_write_runs_and_strides() -> None:
     assert spans([0, 1, 2, 3, 8, 10, 11]) == "0-3, 8, 10-11"
     assert spans([7]) == "7" and spans([2, 4]) == "2, 4" and spans([1, 3, 4, 5]) == "1, 3-5"
+
+
+def test_a_learners_slot_counts_the_learners_on_its_host() -> None:
+    cfg, groups = TopologyConfig(learners=4, collectors=2), {"s": ["s"]}
+    in_blocks = ["hpc1"] * 5 + ["hpc2"] * 5
+    topo = build_topology(10, cfg, groups, in_blocks)
+    assert [topo.rank_of[f"learner{i}"] for i in range(4)] == [4, 5, 6, 7]
+    assert [topo.learner_slot(f"learner{i}") for i in range(4)] == [0, 0, 1, 2]
+    topo = build_topology(10, cfg, groups, ["hpc1", "hpc2"] * 5)
+    assert [topo.learner_slot(f"learner{i}") for i in range(4)] == [0, 0, 1, 1]
+    topo = build_topology(10, cfg, groups, ["hpc1"] * 10)
+    assert [topo.learner_slot(f"learner{i}") for i in range(4)] == [0, 1, 2, 3]
+    unknown = build_topology(10, cfg, groups)  # one process: no hosts gathered
+    assert [unknown.learner_slot(f"learner{i}") for i in range(4)] == [0, 0, 0, 0]
