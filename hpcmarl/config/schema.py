@@ -294,7 +294,9 @@ class RuntimeConfig:
     """Seconds between heartbeats of every role to the commander."""
     heartbeat_timeout_s: float = 120.0
     """A role silent this long (no heartbeat, no message) makes the commander abort the job,
-    naming it; generous by default because 16 ranks on few cores start slowly."""
+    naming it; generous by default because 16 ranks on few cores start slowly. When the
+    commander's own loop stood still for half of it (the whole job suspended: `scontrol
+    suspend`, Ctrl-Z), every role's clock restarts instead, with a line saying so."""
     stall_timeout_s: float | None = 300.0
     """A run whose env steps and learner updates both stay still this long (every role alive,
     but each waiting on another) fails with what waits on what: the tasks running, the roles

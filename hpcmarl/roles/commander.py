@@ -70,6 +70,8 @@ class Commander(Role):
         self.last_seen = {name: time.monotonic() for name in topology.rank_of if name != self.name}
         self.last_moved = (time.monotonic(), 0, 0)
         """(when, env steps, updates) at the last change of either: `check_stall`."""
+        self.last_loop: tuple[float, float] | None = None
+        """(monotonic, CPU) time when this loop last ran: `notice_suspension`."""
 
     def schedule_context(self, bindings: dict[str, str]) -> Context:
         groups = {
@@ -111,6 +113,7 @@ class Commander(Role):
 
     # -- the loop -------------------------------------------------------------------------
     def work(self) -> bool:
+        self.notice_suspension()
         progressed = False
         if self.phase == "running" and self.checkpoints.blocking:
             self.check_signals()
@@ -203,6 +206,26 @@ class Commander(Role):
 
     def handle_heartbeat(self, msg: Message) -> None:
         """Nothing to do: every message, this one included, proves its sender alive."""
+
+    def notice_suspension(self) -> None:
+        """A job suspended whole (`scontrol suspend`, Ctrl-Z: every rank stopped, then
+        continued) stopped this loop with its peers, so no one could be heard during the gap:
+        the clocks that time the others restart instead of ending a healthy job, and peers
+        that resume a moment after this rank get a full heartbeat timeout. A gap of half
+        the timeout counts; a rank 0 held up that long by its own work (CPU time went on)
+        restarts them too, as the roles it hosts could not send either."""
+        now, cpu = time.monotonic(), time.process_time()
+        last, self.last_loop = self.last_loop, (now, cpu)
+        if last is None or now - last[0] < self.cfg.runtime.heartbeat_timeout_s / 2:
+            return
+        gap = now - last[0]
+        self.last_seen = dict.fromkeys(self.last_seen, now)
+        self.last_moved = (now, *self.last_moved[1:])
+        self.phase_started += gap
+        if self.checkpoints.cut is not None:
+            self.checkpoints.cut.started += gap
+        what = "the job was suspended" if cpu - last[1] < gap / 2 else "rank 0 was busy"
+        self.sink.say(f"hpcmarl: {what} for {gap:.0f} s; heartbeat clocks restarted")
 
     def check_heartbeats(self) -> None:
         """Abort, naming them, when roles went silent: a hung rank must not burn the
