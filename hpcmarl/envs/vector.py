@@ -184,11 +184,13 @@ class MultiAgentVectorEnv:
                 copy.state_into(i, out.state)
             if out.action_masks is not None:
                 copy.masks_into(i, out.action_masks)
-        after = out.numbers.copy()  # what to act on next: reset observations go in here
+        numbers = out.numbers
+        assert numbers is not None  # StepBuffers.empty made it
+        after = numbers.copy()  # what to act on next: reset observations go in here
         observations = obs_views(after, self._obs_dims, self.num_envs)
         states = None if out.state is None else out.state.copy()
         masks = None if out.action_masks is None else [m.copy() for m in out.action_masks]
-        if out.numbers.dot(self._zeros) != 0.0:  # 0 * NaN and 0 * inf are NaN
+        if numbers.dot(self._zeros) != 0.0:  # 0 * NaN and 0 * inf are NaN
             when = f"at step {self.steps}"
             self._check_finite(list(out.rewards), range(self.num_envs), when, "reward")
             self._check_finite(out.obs, range(self.num_envs), when)

@@ -170,7 +170,7 @@ class PSRO(Schedule):
         training is done (its matchups and scoring count as done)."""
         if not self.cfg.iterations:
             return None
-        done = self.iteration if self.phase == "between" else self.iteration - 1
+        done: float = self.iteration if self.phase == "between" else self.iteration - 1
         if self.phase == "train":
             done += self.training_done()
         elif self.phase in ("evaluate", "score"):
