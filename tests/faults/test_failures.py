@@ -73,7 +73,8 @@ def test_bad_job_key_is_one_line_on_every_rank_count(tmp_path: Path) -> None:
 def test_world_too_small_names_the_fix(tmp_path: Path) -> None:
     result = run_mpi(3, ["-m", "hpcmarl", "topology.colocate=false"], timeout=60, cwd=tmp_path)
     assert result.returncode == 2
-    assert "needs 16 ranks" in result.stderr and "mpirun -n 16" in result.stderr
+    # topology.collectors=auto without co-location: the other roles' 6 ranks and one collector
+    assert "needs 7 ranks" in result.stderr and "mpirun -n 7" in result.stderr
 
 
 def test_unknown_environment_suggests_close_names(tmp_path: Path) -> None:
