@@ -46,6 +46,8 @@ from .topology import Topology, build_topology
 
 ABORT_DRAIN_S = 0.3
 """Seconds between a failed rank's line and its `MPI_Abort`, so the launcher forwards the line."""
+WRITER_WAIT_S = 60.0
+"""Longest a failed single process waits for a checkpoint file in flight (`close_roles`)."""
 MPI_ENV_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS")
 
 
@@ -162,7 +164,7 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
         close_roles(roles)
         return exit_code_of(roles)
     except Exception as err:  # noqa: BLE001 - any failure must end the whole world
-        close_roles(roles)
+        close_roles(roles, wait_s=WRITER_WAIT_S if comm is None else 0.0)
         if building and isinstance(err, UserError):
             refuse_on_rank(rank, err, comm)
             return UserError.exit_code
@@ -223,10 +225,16 @@ def poll_until_finished(
             backoff.sleep(may_wait=not in_flight)
 
 
-def close_roles(roles: list[Role]) -> None:
+def close_roles(roles: list[Role], wait_s: float = 0.0) -> None:
     """Close every role's files; one that fails to close must not keep the rest open, nor
-    (on the failure path) stop this rank from ending the world."""
+    (on the failure path) stop this rank from ending the world.
+
+    With `wait_s`, a checkpoint file still being written is waited for first (at most that
+    long): in one process, a writer thread cut off by the interpreter's exit holds h5py's lock
+    and the exit hangs. Under MPI, `MPI_Abort` ends the process without that exit."""
     for role in roles:
+        if wait_s and role.checkpoint_writer is not None:
+            role.checkpoint_writer.wait(wait_s)
         try:
             role.close()
         except Exception as err:  # noqa: BLE001 - report and go on to the next role

@@ -13,7 +13,9 @@ their owner keeps unchanged until `done()` says the file is written.
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -69,6 +71,38 @@ def lower_priority() -> None:
         pass
 
 
+HDF5_OVERHEAD = 64 << 10
+"""Bytes a file needs beyond its arrays (superblock, object headers, attributes), at most."""
+
+
+class DiskFullError(OSError):
+    """A checkpoint file that does not fit on the run directory's filesystem (errno ENOSPC;
+    its text is the one line, without the `[Errno 28]` prefix)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.errno = errno.ENOSPC
+
+
+def disk_full(run_dir: str | Path, ckpt_id: str, role: str, nbytes: int) -> DiskFullError:
+    """The one line for a full disk: where, how much was needed and free, and what to do."""
+    free = shutil.disk_usage(run_dir).free
+    needed = nbytes + HDF5_OVERHEAD
+    return DiskFullError(
+        f"no space left on the disk of {run_dir}: {role}'s file of checkpoint {ckpt_id} needs "
+        f"about {needed:,} bytes and {free:,} bytes are free; fix: free at least "
+        f"{max(needed - free, 0):,} bytes there (other runs, or lower checkpoint.keep), then "
+        f"`python -m hpcmarl resume {run_dir}` continues from its newest complete checkpoint",
+    )
+
+
+def check_room(run_dir: str | Path, ckpt_id: str, role: str, nbytes: int) -> None:
+    """Refuse a write that cannot fit before HDF5 starts it: HDF5 meets a full disk only when it
+    flushes or closes, and h5py's finalizers then print tracebacks of their own."""
+    if shutil.disk_usage(run_dir).free < nbytes + HDF5_OVERHEAD:
+        raise disk_full(run_dir, ckpt_id, role, nbytes)
+
+
 class CheckpointWriter:
     """Writes one role's part of a checkpoint on a thread of its own."""
 
@@ -93,13 +127,22 @@ class CheckpointWriter:
         lower_priority()
         try:
             time.sleep(self.delay_s)  # only where a test asks (testing.faults.write_delay)
+            check_room(run_dir, self.ckpt_id, self.role, self.nbytes)
             self._record = write_role_state(run_dir, self.ckpt_id, self.role, tree)
-        except BaseException as err:  # handed to the role's own loop by result()
+        except OSError as err:  # handed to the role's own loop by result()
+            full = err.errno == errno.ENOSPC and not isinstance(err, DiskFullError)
+            self._error = disk_full(run_dir, self.ckpt_id, self.role, self.nbytes) if full else err
+        except BaseException as err:
             self._error = err
         self.seconds = time.monotonic() - self.started
 
     def done(self) -> bool:
         return not self._thread.is_alive()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait for the file to be written or to fail, at most `timeout_s`; True when it is."""
+        self._thread.join(timeout_s)
+        return self.done()
 
     def result(self) -> FileRecord:
         """The file's record once written; the writer's error, raised in the caller's thread."""
