@@ -37,6 +37,7 @@ from .build import (
     time_limit_line,
 )
 from .memory import Node, check_memory, gather_nodes, storage_line
+from .output import check_streams_writable
 from .preflight import check_allreduce, claim_run_dir, create_run_dir, run_dir_of
 from .profiling import profiled
 from .resume import find_resume_point, restore_roles
@@ -107,6 +108,7 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
     user error becomes a message for every rank. The run directory is created last, so that a
     refused job writes nothing."""
     try:
+        check_streams_writable()
         cfg = load_job(job_path, overrides)
         spec = probe_env(cfg)
         topology = build_topology(len(nodes), cfg.topology, spec.training_groups())
