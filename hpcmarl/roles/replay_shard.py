@@ -252,15 +252,18 @@ class ReplayShard(Role):
         return starved
 
     def refusals(self) -> dict[str, str]:
-        """What each group's limiter refuses now (for the commander's stall report)."""
+        """What each group's limiter refuses now (for the commander's stall report): the
+        samples of a starved group (`starved_groups`), else the inserts it holds back."""
+        starved = self.starved_groups()
         out = {}
         for group, limiter in self.limiters.items():
-            waiting = [m for m in self.pending_samples if m.meta["group"] == group]
-            held = [m for m in self.pending_inserts if m.meta["group"] == group]
-            if waiting and not limiter.can_sample(self.tables[group].size):
-                out[group] = f"samples ({len(waiting)} requests wait; {limiter!r})"
-            elif held and not limiter.can_insert():
-                out[group] = f"inserts ({len(held)} batches wait; {limiter!r})"
+            if group in starved:
+                waiting = sum(m.meta["group"] == group for m in self.pending_samples)
+                out[group] = f"samples ({waiting} requests wait; {limiter!r})"
+                continue
+            held = sum(m.meta["group"] == group for m in self.pending_inserts)
+            if held and not limiter.can_insert():
+                out[group] = f"inserts ({held} batches wait; {limiter!r})"
         return out
 
     def drop_stale(self, msg: Message) -> None:
