@@ -1,7 +1,12 @@
 """Weights and batch transfer through hpcmarl's transport vs a raw MPI Send of the same bytes.
 
-Run under two ranks: `tools/mpirun.sh -n 2 .venv/bin/python tools/bench_transport.py`.
-Rank 0 streams N messages to rank 1. The transport runs the flow the roles use: at most WINDOW
+Run under two ranks: `tools/mpirun.sh -n 2 .venv/bin/python tools/bench_transport.py`, or
+across the hosts of tools/local_cluster.sh with `.venv/bin/python tools/bench_transport.py
+--hosts 2`, which runs the two ranks on one host and then one rank on each of two hosts, in the
+same invocation, and prints both (`one_host_*`, `hosts_*`). Rank 0 streams N messages to rank 1,
+N chosen so that one raw stream takes about `--seconds` (a first probe of the link times a few
+messages; `--megabytes` caps it): a slow link gets fewer messages, not minutes per size.
+The transport runs the flow the roles use: at most WINDOW
 messages unacknowledged, each acknowledged by a credit message, received buffers recycled. It
 carries (a) one weight vector, (b) a transition batch packed as collectors build it.
 
@@ -16,14 +21,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
 from hpcmarl.comm.packing import allocate_packed
 from hpcmarl.comm.protocol import Message
-from hpcmarl.comm.transport import MpiTransport
+from hpcmarl.launch.run import launched_by_mpi
+
+ROOT = Path(__file__).resolve().parent.parent
 
 WINDOW = 4
 SIZES = {"64KB": 64 << 10, "1MB": 1 << 20, "16MB": 16 << 20}
@@ -48,7 +59,7 @@ def batch_of(nbytes: int) -> dict[str, np.ndarray]:
     return columns
 
 
-def raw_stream(comm: MPI.Comm, nbytes: int, count: int, nbuf: int) -> float:
+def raw_stream(comm: Any, nbytes: int, count: int, nbuf: int) -> float:
     """Blocking Send/Recv of `count` messages cycling through `nbuf` distinct buffers."""
     buffers = [np.ones(nbytes, np.uint8) for _ in range(nbuf)]
     ack = np.zeros(1, np.int64)
@@ -65,8 +76,10 @@ def raw_stream(comm: MPI.Comm, nbytes: int, count: int, nbuf: int) -> float:
     return time.perf_counter() - start
 
 
-def transport_stream(comm: MPI.Comm, arrays: dict[str, np.ndarray], count: int) -> float:
+def transport_stream(comm: Any, arrays: dict[str, np.ndarray], count: int) -> float:
     """Stream with the credit flow the roles use: at most WINDOW messages unacknowledged."""
+    from hpcmarl.comm.transport import MpiTransport
+
     transport = MpiTransport({"a": 0, "b": 1}, comm)
     inbox = transport.register("a" if comm.rank == 0 else "b")
     comm.Barrier()
@@ -97,19 +110,25 @@ def best_of(repeats: int, fn, *args) -> float:
     return min(fn(*args) for _ in range(repeats))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--megabytes", type=float, default=256.0, help="bytes streamed per measurement, in MB"
-    )
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+def message_count(comm: Any, nbytes: int, seconds: float, megabytes: float) -> int:
+    """Messages of `nbytes` for one raw stream of about `seconds`: 8 raw messages time the link
+    first. Rank 0 decides, so both ranks stream the same count."""
+    probe = raw_stream(comm, nbytes, 8, WINDOW + 1) / 8
+    count = min(seconds / max(probe, 1e-9), megabytes * (1 << 20) / nbytes)
+    return int(comm.bcast(max(8, int(count)), root=0))
+
+
+def measure(args: argparse.Namespace) -> None:
+    """The two ranks' part: each size through the raw stream and through the transport."""
+    from mpi4py import MPI
+
     comm = MPI.COMM_WORLD
     assert comm.size == 2, "run with exactly 2 ranks"
-    figures: dict[str, float] = {}
+    hosts = comm.gather(MPI.Get_processor_name(), root=0)
+    figures: dict[str, Any] = {}
     rows = []
     for label, nbytes in SIZES.items():
-        count = max(4, int(args.megabytes * (1 << 20) / nbytes))
+        count = message_count(comm, nbytes, args.seconds, args.megabytes)
         raw = best_of(args.repeats, raw_stream, comm, nbytes, count, WINDOW + 1)
         hot = best_of(args.repeats, raw_stream, comm, nbytes, count, 1)
         weights = {"weights": np.ones(nbytes // 4, np.float32)}
@@ -122,7 +141,11 @@ def main() -> None:
         figures[f"weights_{label}_vs_hot_buffer"] = round(hot / w, 3)
         figures[f"raw_{label}_GBps"] = round(gb / raw, 3)
         figures[f"raw_hot_{label}_GBps"] = round(gb / hot, 3)
+        figures[f"raw_{label}_us_per_message"] = round(raw / count * 1e6, 1)
     if comm.rank == 0:
+        assert hosts is not None
+        figures["ran_on"] = sorted(set(hosts))
+        print(f"ranks on {', '.join(hosts)}")
         print(
             f"{'size':>6} {'msgs':>6} {'hot GB/s':>9} {'raw GB/s':>9} {'weights':>8} "
             f"{'batch':>8} {'w ratio':>8} {'b ratio':>8}"
@@ -130,6 +153,55 @@ def main() -> None:
         for label, count, h, r, w, b, wr, br in rows:
             print(f"{label:>6} {count:>6} {h:9.2f} {r:9.2f} {w:8.2f} {b:8.2f} {wr:8.3f} {br:8.3f}")
         print(json.dumps(figures), flush=True)
+
+
+def across_hosts(args: argparse.Namespace) -> None:
+    """Drive the measurement twice through tools/mpirun.sh: both ranks on the first host, then
+    one rank on each of `--hosts` hosts (only the first two take part), and print both."""
+    runs: dict[str, dict[str, Any]] = {}
+    for name, hosts in (("one_host", 1), ("hosts", args.hosts)):
+        command = [
+            "bash", str(ROOT / "tools" / "mpirun.sh"), "--hosts", str(hosts), "-n", "2",
+            "--map-by", "node" if hosts > 1 else "slot",
+            sys.executable, __file__, "--seconds", str(args.seconds),
+            "--megabytes", str(args.megabytes), "--repeats", str(args.repeats),
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+        print(f"== {name}: {' '.join(command[2:6])}\n{done.stdout}{done.stderr}", flush=True)
+        if done.returncode != 0:
+            sys.exit(f"bench_transport: the {name} run failed (exit {done.returncode})")
+        runs[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    figures: dict[str, Any] = {}
+    print(f"{'figure':<22} {'one host':>9} {f'{args.hosts} hosts':>9}")
+    for key in runs["one_host"]:
+        if key.endswith("_ratio") or key.endswith("_GBps") or key.endswith("_message"):
+            print(f"{key:<22} {runs['one_host'][key]:>9} {runs['hosts'][key]:>9}")
+        figures[f"one_host_{key}"] = runs["one_host"][key]
+        figures[f"hosts_{key}"] = runs["hosts"][key]
+    overhead = 1 / runs["hosts"]["weights_64KB_ratio"]
+    print(f"hpcmarl's time per 64 KB weight message across hosts: {overhead:.2f}x raw MPI's")
+    figures["hosts_64KB_overhead_vs_raw"] = round(overhead, 3)
+    print(json.dumps(figures), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--seconds", type=float, default=0.5, help="about how long one raw stream takes, per size"
+    )
+    parser.add_argument(
+        "--megabytes", type=float, default=256.0, help="at most this many MB per stream"
+    )
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--hosts", type=int, default=0, help="run on one host and across this many local hosts"
+    )
+    args = parser.parse_args()
+    if args.hosts and not launched_by_mpi():
+        across_hosts(args)
+    else:
+        measure(args)
 
 
 if __name__ == "__main__":
