@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 
 from ..config.loader import save_resolved
 from ..config.schema import JobConfig
@@ -54,9 +55,9 @@ def claim_run_dir(run_dir: str) -> None:
     refuse_foreign_dir(run_dir)  # the lock file made for it is removed again on refusal
 
 
-def create_run_dir(cfg: JobConfig, run_dir: str) -> None:
+def create_run_dir(cfg: JobConfig, run_dir: str) -> list[str]:
     """Create the run directory, lock it for this job, mark it as a run and write the
-    resolved job into it (`config.yaml`).
+    resolved job into it (`config.yaml`); returns the directories it made, deepest first.
 
     This is the run's first write, so a directory that cannot be created or written is found
     here, with the fix; the directories made on the way are removed again, so a refused job
@@ -72,6 +73,7 @@ def create_run_dir(cfg: JobConfig, run_dir: str) -> None:
             with open(marker, "w") as fh:
                 fh.write("an hpcmarl run directory: hpcmarl writes into it only\n")
         save_resolved(cfg, os.path.join(run_dir, "config.yaml"))
+        return made
     except OSError as err:
         abandon_run_dir()
         for path in made:
@@ -85,6 +87,25 @@ def create_run_dir(cfg: JobConfig, run_dir: str) -> None:
             f"choose another runtime.run_dir (a directory you can write), or fix the "
             f"permissions of {_first_existing(run_dir)}",
         ) from None
+
+
+def unmake_run_dir(run_dir: str, made: Sequence[str]) -> None:
+    """Undo `create_run_dir` for a job refused after it (another host cannot use the folder):
+    free the lock, and remove the folders it made with what it wrote there. A folder that
+    existed before is left, its files with it."""
+    abandon_run_dir()
+    if not made:
+        return
+    for name in (MARKER_NAME, "config.yaml"):
+        try:
+            os.unlink(os.path.join(run_dir, name))
+        except OSError:
+            pass
+    for path in made:
+        try:
+            os.rmdir(path)
+        except OSError:
+            break
 
 
 def _missing_dirs(path: str) -> list[str]:

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..comm.doorbell import make_doorbell
-from ..comm.placement import learner_device
 from ..comm.progress import Backoff
 from ..comm.transport import LocalTransport, MpiTransport
 from ..config.loader import job_from_dict, job_to_dict, load_job
@@ -36,9 +35,17 @@ from .build import (
     storage_form,
     time_limit_line,
 )
+from .hosts import check_cuda_hosts, check_hosts, dataset_readers
+from .lost_rank import write_rank_map
 from .memory import Node, check_memory, gather_nodes, storage_line
 from .output import check_streams_writable
-from .preflight import check_allreduce, claim_run_dir, create_run_dir, run_dir_of
+from .preflight import (
+    check_allreduce,
+    claim_run_dir,
+    create_run_dir,
+    run_dir_of,
+    unmake_run_dir,
+)
 from .profiling import profiled
 from .resume import find_resume_point, restore_roles
 from .run_lock import abandon_run_dir, release_run_dir
@@ -68,6 +75,9 @@ class Plan:
     resume_id: str | None = None
     one_host: bool = True
     """Every rank runs on the same host (so peers can ring each other's doorbells)."""
+    made_dirs: tuple[str, ...] = ()
+    """The directories rank 0 made for the run directory, deepest first: removed again when
+    another host refuses it (`hosts.check_hosts`), so that a refused job leaves nothing."""
 
 
 def run_job(job_path: str | None, overrides: list[str]) -> int:
@@ -85,6 +95,10 @@ def run_job(job_path: str | None, overrides: list[str]) -> int:
                 print(f"hpcmarl: error: {outcome[1]}", file=sys.stderr, flush=True)
             return UserError.exit_code
         plan = expand_plan(outcome[1], nodes)
+        if rank == 0:
+            write_rank_map(plan.topology)  # for the launcher, should a rank be killed
+        if refused_by_a_host(plan, nodes, comm, rank):
+            return UserError.exit_code
     except Exception as err:  # noqa: BLE001 - a rank that fails before the loop ends the world
         abandon_run_dir()
         fail_rank(rank, None, err, None, comm)
@@ -111,11 +125,10 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
         check_streams_writable()
         cfg = load_job(job_path, overrides)
         spec = probe_env(cfg)
-        topology = build_topology(len(nodes), cfg.topology, spec.training_groups())
+        topology = place(cfg, spec, nodes)
         check_storage_topology(cfg, topology)
         check_allreduce(cfg, topology)
-        if cfg.learner.device == "cuda":  # refused before the run directory is made
-            learner_device("cuda")
+        check_cuda_hosts(cfg.learner.device, topology, nodes)
         check_memory(cfg, spec, topology, nodes)
         if cfg.offline.dataset:  # what the saved job names must not depend on the cwd
             cfg.offline.dataset = os.path.abspath(cfg.offline.dataset)
@@ -123,7 +136,7 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
         claim_run_dir(run_dir)
         resume_id = find_resume_point(cfg, run_dir)
         offline = plan_offline(cfg, spec, fresh=resume_id is None)
-        create_run_dir(cfg, run_dir)
+        made = create_run_dir(cfg, run_dir)
         lead = check_signal_lead(cfg, spec, topology, nodes, run_dir)
         storage = storage_line(item_specs(cfg, spec), storage_form(cfg))
         for line in (offline, storage, lead, time_limit_line(cfg, spec)):
@@ -132,15 +145,36 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
     except UserError as err:
         abandon_run_dir()
         return ("error", err.message())
-    return ("ok", (job_to_dict(cfg), spec, run_dir, resume_id))
+    return ("ok", (job_to_dict(cfg), spec, run_dir, resume_id, tuple(made)))
 
 
 def expand_plan(payload: tuple, nodes: list[Node]) -> Plan:
-    cfg_dict, spec, run_dir, resume_id = payload
+    cfg_dict, spec, run_dir, resume_id, made = payload
     cfg = job_from_dict(cfg_dict)
-    hosts = [host for host, _ in nodes]
-    topology = build_topology(len(nodes), cfg.topology, spec.training_groups(), hosts)
-    return Plan(cfg, spec, topology, run_dir, resume_id, len(set(hosts)) == 1)
+    one_host = len({node.host for node in nodes}) == 1
+    return Plan(cfg, spec, place(cfg, spec, nodes), run_dir, resume_id, one_host, made)
+
+
+def place(cfg: JobConfig, spec: EnvSpec, nodes: list[Node]) -> Topology:
+    """The job's roles on the ranks of `nodes`: rank 0's checks (the memory and GPUs of each
+    learner's host) and every rank's plan place them the same way, from the same census."""
+    hosts = [node[0] for node in nodes]
+    return build_topology(len(nodes), cfg.topology, spec.training_groups(), hosts)
+
+
+def refused_by_a_host(plan: Plan, nodes: list[Node], comm: Any, rank: int) -> bool:
+    """What rank 0 cannot check alone (hosts.py), on every rank together: the run directory
+    seen and written from every host, the dataset read where replay shards read it. A refusal
+    is one line from rank 0, which removes the run directory it made, and exit 2 everywhere."""
+    dataset = plan.cfg.offline.dataset if plan.resume_id is None else ""
+    readers = set(dataset_readers(plan.topology, nodes)) if dataset else set()
+    verdict = check_hosts(comm, rank, nodes, plan.run_dir, dataset, readers)
+    if verdict is None:
+        return False
+    if rank == 0:
+        unmake_run_dir(plan.run_dir, plan.made_dirs)
+        print(f"hpcmarl: error: {verdict}", file=sys.stderr, flush=True)
+    return True
 
 
 def run_rank(plan: Plan, comm: Any, rank: int) -> int:
