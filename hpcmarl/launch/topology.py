@@ -1,8 +1,11 @@
 """The wiring diagram: world size + job -> which rank hosts which roles, who talks to whom.
 
 Rank 0 hosts the commander. A world at least as large as the role count gets one role per
-rank; a smaller one co-locates roles on the least loaded ranks (learners first, each on its
-own rank, because data-parallel learners of a group must sit on distinct ranks to allreduce).
+rank: by host when the ranks span several (`host_placement`: learners on the GPUs, shards
+beside them, the rest spread), else in naming order (commander, servers, shards, learners,
+collectors on ranks 0, 1, 2, ...). A smaller world co-locates roles on the least loaded ranks
+(learners first, each on its own rank, because data-parallel learners of a group must sit on
+distinct ranks to allreduce), spread over the hosts where ranks load alike.
 One process hosts everything; the same role classes run either way. Learners are placed per
 training group; policy keys are not placed at all: a key's parameter server is a function of
 the key (`population.server_for`), so keys can be added while the job runs.
@@ -10,13 +13,15 @@ the key (`population.server_for`), so keys can be added while the job runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..comm.placement import host_slots
 from ..comm.protocol import format_table
 from ..config.schema import TopologyConfig
 from ..errors import TopologyError
+from .host_placement import place_by_host
 
 ROLE_COST = {
     "commander": 0.2,
@@ -93,13 +98,13 @@ class Topology:
 
     def host_lines(self, hosts: list[str]) -> list[str]:
         """`host hpc1: ranks 0-3 (commander, ps0, learner0, collector0-5)`, hosts in the order
-        of their first rank; `hosts[r]` is rank r's host name."""
+        of their first rank, roles in naming order; `hosts[r]` is rank r's host name."""
         ranks_of: dict[str, list[int]] = {}
         for rank, host in enumerate(hosts):
             ranks_of.setdefault(host, []).append(rank)
         lines = []
         for host, ranks in ranks_of.items():
-            roles = [name for rank in ranks for name in self.roles_on(rank)]
+            roles = [name for name, rank in self.rank_of.items() if hosts[rank] == host]
             label = "rank" if len(ranks) == 1 else "ranks"
             lines.append(
                 f"  host {host}: {label} {spans(ranks)} ({', '.join(name_spans(roles)) or 'idle'})"
@@ -177,9 +182,12 @@ def build_topology(
     cfg: TopologyConfig,
     groups: dict[str, list[str]],
     hosts: Sequence[str] = (),
+    gpus_per_host: Mapping[str, int] | None = None,
 ) -> Topology:
     """Place the roles of a job (training groups -> their policies) on `world_size` ranks;
-    refuse what cannot be placed. `hosts` (each rank's host name) only annotates the plan."""
+    refuse what cannot be placed. `hosts` (each rank's host name, gathered at start) and
+    `gpus_per_host` (None: unknown, no GPUs) place roles by host (`host_placement`); on one
+    host, or with hosts unknown, roles take ranks in naming order."""
     counts = role_counts(cfg, world_size)
     needed = sum(counts.values())
     notes: list[str] = []
@@ -196,18 +204,25 @@ def build_topology(
             "learners need a rank each"
         )
         counts["learner"] = world_size
-    if world_size >= needed:
-        rank_of, kind_of = _one_per_rank(counts)
-        if world_size > needed:
-            notes.append(
-                f"ranks {needed}..{world_size - 1} host no role; set "
-                "topology.collectors=auto (or raise it) to use them"
-            )
-    else:
-        rank_of, kind_of = _colocate(counts, world_size)
-    learners = [n for n, k in kind_of.items() if k == "learner"]
+    named = _role_names(counts)
+    learners = [name for name, kind in named if kind == "learner"]
     by_learner, by_group = _assign_learners(learners, list(groups))
-    topology = Topology(world_size, rank_of, kind_of, dict(groups), by_learner, by_group, notes)
+    gpus = gpus_per_host or {}
+    if world_size < needed:
+        rank_of = _colocate(named, world_size, hosts, gpus)
+    elif len(set(hosts)) > 1:
+        side_by_side = [name for members in by_group.values() for name in members]  # by group
+        order = list(dict.fromkeys([*side_by_side, *learners]))
+        rank_of = place_by_host(named, order, hosts, gpus)
+    else:
+        rank_of = {name: rank for rank, (name, _) in enumerate(named)}
+    idle = sorted(set(range(world_size)) - set(rank_of.values()))
+    if idle:
+        notes.append(
+            f"ranks {spans(idle)} host no role; set topology.collectors=auto (or raise it) "
+            "to use them"
+        )
+    topology = Topology(world_size, rank_of, dict(named), dict(groups), by_learner, by_group, notes)
     topology.hosts = list(hosts)
     return topology
 
@@ -223,26 +238,33 @@ def _role_names(counts: dict[str, int]) -> list[tuple[str, str]]:
     return named
 
 
-def _one_per_rank(counts: dict[str, int]) -> tuple[dict[str, int], dict[str, str]]:
-    named = _role_names(counts)
-    return {name: rank for rank, (name, _) in enumerate(named)}, dict(named)
-
-
-def _colocate(counts: dict[str, int], world_size: int) -> tuple[dict[str, int], dict[str, str]]:
-    """Greedy least-loaded placement; learners first so that each gets a rank of its own."""
-    named = _role_names(counts)
-    load = [0.0] * world_size
+def _colocate(
+    named: list[tuple[str, str]],
+    world_size: int,
+    hosts: Sequence[str],
+    gpus_per_host: Mapping[str, int],
+) -> dict[str, int]:
+    """Greedy least-loaded placement; learners first so that each gets a rank of its own. Among
+    ranks of equal load a learner prefers a host with a GPU no learner has taken yet, and every
+    role the host of least load (so roles spread over hosts; on one host, the lowest rank)."""
+    host = list(hosts) if len(hosts) == world_size else [""] * world_size
+    load, host_load = [0.0] * world_size, defaultdict[str, float](float)
+    learners_on = Counter[str]()
     rank_of = {"commander": 0}
-    load[0] = ROLE_COST["commander"]
-    order = ("learner", "collector", "replay_shard", "param_server")
-    for kind in order:
-        for name, k in named:
-            if k == kind:
-                rank = min(range(world_size), key=lambda r: (load[r], r))
-                rank_of[name] = rank
-                load[rank] += ROLE_COST[kind]
-    kind_of = dict(named)
-    return {name: rank_of[name] for name, _ in named}, kind_of
+    load[0] = ROLE_COST["commander"]  # not counted in its host's load: learner0 joins it
+
+    def key(rank: int, kind: str) -> tuple[float, bool, float, int]:
+        gpu_taken = kind != "learner" or learners_on[host[rank]] >= gpus_per_host.get(host[rank], 0)
+        return (load[rank], gpu_taken, host_load[host[rank]], rank)
+
+    for kind in ("learner", "collector", "replay_shard", "param_server"):
+        for name in (n for n, k in named if k == kind):
+            rank = min(range(world_size), key=lambda r: key(r, kind))
+            rank_of[name] = rank
+            load[rank] += ROLE_COST[kind]
+            host_load[host[rank]] += ROLE_COST[kind]
+            learners_on[host[rank]] += kind == "learner"
+    return {name: rank_of[name] for name, _ in named}
 
 
 def _assign_learners(
