@@ -157,9 +157,14 @@ def expand_plan(payload: tuple, nodes: list[Node]) -> Plan:
 
 def place(cfg: JobConfig, spec: EnvSpec, nodes: list[Node]) -> Topology:
     """The job's roles on the ranks of `nodes`: rank 0's checks (the memory and GPUs of each
-    learner's host) and every rank's plan place them the same way, from the same census."""
-    hosts = [node[0] for node in nodes]
-    return build_topology(len(nodes), cfg.topology, spec.training_groups(), hosts)
+    learner's host) and every rank's plan place them the same way, from the same census: by
+    host, learners on the hosts' GPUs unless they train on the CPU (`learner.device=cpu`)."""
+    census = [Node(*node) for node in nodes]
+    gpus: dict[str, int] = {}
+    for node in census if cfg.learner.device != "cpu" else []:
+        gpus[node.host] = max(gpus.get(node.host, 0), node.gpus)
+    hosts = [node.host for node in census]
+    return build_topology(len(nodes), cfg.topology, spec.training_groups(), hosts, gpus)
 
 
 def refused_by_a_host(plan: Plan, nodes: list[Node], comm: Any, rank: int) -> bool:

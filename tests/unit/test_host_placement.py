@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from hpcmarl.config.loader import load_job
 from hpcmarl.config.schema import TopologyConfig
 from hpcmarl.launch import run
+from hpcmarl.launch.build import probe_env
+from hpcmarl.launch.memory import Node
 from hpcmarl.launch.topology import Topology, build_topology
 
 SHARED = {"shared": ["shared"]}
@@ -190,3 +193,15 @@ def test_rank_0_checks_the_placement_by_host_that_every_rank_builds(
     assert outcome[0] == "error", outcome
     assert "memory on node hpc2 (ranks [8, 9, 10, 11, 12, 13, 14, 15])" in outcome[1]
     assert os.listdir(tmp_path) == []
+
+
+def test_the_census_gpus_place_learners_unless_they_train_on_the_cpu() -> None:
+    cfg = load_job(None, [])
+    spec = probe_env(cfg)
+    nodes = [Node("hpc1", 64 << 30, 8, 0)] * 8 + [Node("hpc2", 64 << 30, 8, 2)] * 8
+    topo = run.place(cfg, spec, nodes)
+    assert [host_of(topo, f"learner{i}") for i in range(2)] == ["hpc2", "hpc2"]
+    assert [topo.learner_slot(f"learner{i}") for i in range(2)] == [0, 1]  # cuda:0, cuda:1
+    cfg.learner.device = "cpu"
+    topo = run.place(cfg, spec, nodes)
+    assert [host_of(topo, f"learner{i}") for i in range(2)] == ["hpc1", "hpc2"]
