@@ -25,14 +25,24 @@ export SLURM_CONF=$CONF
 say() { echo "install_slurm: $*"; }
 die() { echo "install_slurm: error: $*" >&2; exit 1; }
 
-running() { pgrep -x "$1" >/dev/null; }
+# This cluster's daemons are found by their pid files, never by name: tools/cluster_slurm.sh runs
+# a Slurm of its own (slurmctld, munged, a slurmd per host of tools/local_cluster.sh) beside it.
+pid_of() {
+  local file pid
+  case "$1" in
+    munged) file=/run/munge/munged.pid ;;
+    *) file=$STATE/$1.pid ;;
+  esac
+  pid=$(cat "$file" 2>/dev/null || true)
+  [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ] && echo "$pid"
+}
+
+running() { [ -n "$(pid_of "$1")" ]; }
 
 stop_all() {
   local name pid
   for name in slurmd slurmctld munged; do
-    for pid in $(pgrep -x "$name" || true); do
-      kill "$pid" 2>/dev/null || true
-    done
+    pid=$(pid_of "$name") && kill "$pid" 2>/dev/null || true
   done
   for _ in $(seq 50); do
     running slurmd || running slurmctld || running munged || { say "stopped"; return 0; }
@@ -167,7 +177,7 @@ start_slurm() {
 
 pkill_exact() {
   local pid
-  for pid in $(pgrep -x "$1" || true); do kill "$pid" 2>/dev/null || true; done
+  pid=$(pid_of "$1") && kill "$pid" 2>/dev/null || true
   for _ in $(seq 50); do running "$1" || return 0; sleep 0.2; done
   die "$1 did not stop"
 }

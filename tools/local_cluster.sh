@@ -2,7 +2,10 @@
 # A cluster of N hosts on this one Linux machine, for tests, CI and trying hpcmarl across nodes.
 #
 #   tools/local_cluster.sh up N     make hosts hpc1..hpcN (again, if another count is up)
-#   tools/local_cluster.sh down     remove every trace of them
+#   tools/local_cluster.sh up N --slurm
+#                                   the same, and a real Slurm on them (tools/cluster_slurm.sh):
+#                                   slurmctld, and a slurmd per host; added to hosts already up
+#   tools/local_cluster.sh down     remove every trace of them (Slurm's daemons and state too)
 #   tools/local_cluster.sh status   list the hosts: name, address, holder PID, alive or not
 #
 # Each host is a network namespace (its own address and network stack) and a UTS namespace (its
@@ -29,6 +32,7 @@ HOSTS_FILE=$STATE/hosts
 BRIDGE=hpcmarl-br0
 NS_PREFIX=hpcmarl-
 MARK="# hpcmarl-local-cluster"
+SLURM_TOOL=$(dirname "$0")/cluster_slurm.sh
 
 say() { echo "local_cluster: $*"; }
 die() {
@@ -122,12 +126,14 @@ wait_reachable() {
 }
 
 up() {
-  local n=${1:-}
+  local n=${1:-} slurm=${2:-}
   [[ "$n" =~ ^[1-9][0-9]?$ ]] || die "up needs a host count from 1 to 99: up 2"
+  [[ "$slurm" =~ ^(|--slurm)$ ]] || die "unknown option $slurm: up N or up N --slurm"
   need_tools
   take_lock
   if is_up "$n"; then
     say "$n hosts are up already"
+    [ -z "$slurm" ] || bash "$SLURM_TOOL" up
     show
     return
   fi
@@ -140,6 +146,7 @@ up() {
   hosts_lines_add
   wait_reachable
   say "$n hosts up on $SUBNET.0/24 (bridge $BRIDGE)"
+  [ -z "$slurm" ] || bash "$SLURM_TOOL" up
   show
 }
 
@@ -148,6 +155,7 @@ up() {
 # left over), the namespaces (their veth ends go with them), the bridge, the /etc/hosts lines.
 tear_down() {
   local ns pid link killed=()
+  [ ! -d "$STATE/slurm" ] || bash "$SLURM_TOOL" down
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$NS_PREFIX" || true); do
     killed+=($(ip netns pids "$ns" 2>/dev/null || true))
   done
@@ -196,12 +204,13 @@ show() {
     }
     printf '%-8s %-14s %-8s %s\n' "$name" "$addr" "$pid" "$state"
   done <"$HOSTS_FILE"
+  [ ! -d "$STATE/slurm" ] || bash "$SLURM_TOOL" status || true # the hosts' status only
   return "$bad"
 }
 
 case "${1:-}" in
-  up) up "${2:-}" ;;
+  up) up "${2:-}" "${3:-}" ;;
   down) down ;;
   status) show ;;
-  *) die "usage: tools/local_cluster.sh up N | down | status" ;;
+  *) die "usage: tools/local_cluster.sh up N [--slurm] | down | status" ;;
 esac

@@ -25,6 +25,12 @@ mpirun="$venv/bin/mpirun"
 extra=()
 if "$mpirun" --version 2>&1 | grep -q "Open MPI"; then
   extra+=(--oversubscribe)
+  # In a Slurm job on several nodes, ranks in blocks as Slurm's slots lay them out
+  # (SLURM_TASKS_PER_NODE): --oversubscribe alone mapped by core and put every rank of
+  # `sbatch --nodes=2 --ntasks-per-node=2` on the first node (Open MPI 5.0.11).
+  if [ "${SLURM_JOB_NUM_NODES:-1}" != 1 ] && [[ " $* " != *" --map-by"* ]]; then
+    extra+=(--map-by slot)
+  fi
   if [ "$(id -u)" = 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   fi

@@ -4,6 +4,10 @@ The tier needs root, `ip netns`, `nsenter` and `unshare`, and Open MPI; without 
 test here skips and says which. The cluster is brought up once per session (2 hosts) and taken
 down at its end, also when a test fails; a cluster already up is used as it is and left up.
 Every run has a hard timeout: a hang fails the test.
+
+`slurm_hosts` adds a real Slurm on those hosts (`local_cluster.sh up 2 --slurm`: slurmctld and
+a slurmd per host, apart from tools/install_slurm.sh's single-node one); its tests skip where
+Slurm is not installed, and reach it through SLURM_CONF in their commands' environment only.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ..mpi.conftest import MPIRUN, ROOT, VENV, BackgroundJob
 LOCAL_CLUSTER = ROOT / "tools" / "local_cluster.sh"
 STATE = Path(os.environ.get("HPCMARL_CLUSTER_DIR", "/run/hpcmarl-cluster"))
 HOSTS = 2
+SLURM_CONF = STATE / "slurm" / "slurm.conf"
 
 
 def unavailable() -> str:
@@ -72,10 +77,12 @@ class Cluster:
         return None
 
     def processes(self) -> dict[int, str]:
-        """Every process on a host other than the holders, with its host (ranks, daemons)."""
+        """Every process on a host other than the holders and the Slurm daemons that
+        `up --slurm` started there, with its host (ranks, their launchers' daemons)."""
         found = {}
+        kept = {*self.holders.values(), *slurmd_pids()}
         for proc in Path("/proc").iterdir():
-            if proc.name.isdigit() and int(proc.name) not in self.holders.values():
+            if proc.name.isdigit() and int(proc.name) not in kept:
                 host = self.host_of(int(proc.name))
                 if host is not None:
                     found[int(proc.name)] = host
@@ -86,6 +93,17 @@ def read_holders() -> dict[str, int]:
     """Each host's name and holder PID, from the state file local_cluster.sh keeps."""
     lines = (STATE / "hosts").read_text().split("\n")
     return {name: int(pid) for name, _, pid, _ in (line.split() for line in lines if line)}
+
+
+def slurmd_pids() -> list[int]:
+    """The slurmd of each host, from the pid files of tools/cluster_slurm.sh (none: no Slurm)."""
+    pids = []
+    for pid_file in (STATE / "slurm" / "node").glob("*.pid"):
+        try:
+            pids.append(int(pid_file.read_text()))
+        except (OSError, ValueError):
+            continue
+    return pids
 
 
 def cluster_tool(*args: str) -> subprocess.CompletedProcess:
@@ -118,6 +136,22 @@ def cluster() -> Iterator[Cluster]:
     finally:
         down = cluster_tool("down")
         assert down.returncode == 0, f"local_cluster.sh down failed:\n{down.stdout}{down.stderr}"
+
+
+@pytest.fixture(scope="session")
+def slurm_hosts(cluster: Cluster) -> dict[str, str]:
+    """Slurm on the session's hosts (added when missing, left up like the hosts): the
+    environment its commands need, SLURM_CONF pointing at its config."""
+    missing = [
+        tool for tool in ("slurmctld", "slurmd", "munged", "sbatch") if not shutil.which(tool)
+    ]
+    if missing:
+        pytest.skip(f"Slurm is not installed ({', '.join(missing)}): tools/install_slurm.sh")
+    up = cluster_tool("up", str(HOSTS), "--slurm")
+    assert up.returncode == 0, (
+        f"local_cluster.sh up {HOSTS} --slurm failed:\n{up.stdout}{up.stderr}"
+    )
+    return {"SLURM_CONF": str(SLURM_CONF)}
 
 
 def run_on_hosts(hosts: int, ranks: int, args: list[str], timeout: float):

@@ -78,6 +78,8 @@ class Job:
     id: str
     log: Path
     info: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] | None = None
+    """The environment of its Slurm commands (SLURM_CONF picks the cluster); None: this one's."""
 
     @property
     def state(self) -> str:
@@ -98,7 +100,11 @@ class Job:
     def refresh(self) -> dict[str, str]:
         """The job as `scontrol` shows it now; the last state once it has left the queue."""
         shown = subprocess.run(
-            ["scontrol", "show", "job", "-o", self.id], capture_output=True, text=True, timeout=30
+            ["scontrol", "show", "job", "-o", self.id],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=self.env,
         )
         if shown.returncode == 0:
             self.info = dict(w.split("=", 1) for w in shown.stdout.split() if "=" in w)
@@ -130,10 +136,12 @@ class Job:
 
 
 class Submitter:
-    """`sbatch` from a scratch folder (the job's working directory) with an absolute script."""
+    """`sbatch` from a scratch folder (the job's working directory) with an absolute script;
+    `env` is added to every Slurm command's environment (SLURM_CONF: another cluster)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, env: dict[str, str] | None = None) -> None:
         self.workdir = workdir
+        self.env = {**os.environ, **env} if env else None
         (workdir / "runs").mkdir(exist_ok=True)  # the header's --output=runs/slurm-%j.out
         self.jobs: list[Job] = []
 
@@ -144,7 +152,7 @@ class Submitter:
         env: dict[str, str] | None = None,
         job_file: Path = JOB,
     ) -> Job:
-        full_env = {**os.environ, **(env or {})}
+        full_env = {**(self.env or os.environ), **(env or {})}
         cmd = ["sbatch", "--parsable", *options, str(TRAIN), str(job_file), *args]
         done = subprocess.run(
             cmd, capture_output=True, text=True, timeout=60, env=full_env, cwd=self.workdir
@@ -152,14 +160,14 @@ class Submitter:
         if done.returncode != 0:
             pytest.fail(f"{' '.join(cmd)} failed: {done.stderr}")
         job_id = done.stdout.strip().split(";")[0]
-        job = Job(job_id, self.workdir / "runs" / f"slurm-{job_id}.out")
+        job = Job(job_id, self.workdir / "runs" / f"slurm-{job_id}.out", env=self.env)
         self.jobs.append(job)
         return job
 
     def cancel_all(self) -> None:
         ids = [j.id for j in self.jobs]
         if ids:
-            subprocess.run(["scancel", *ids], capture_output=True, timeout=60)
+            subprocess.run(["scancel", *ids], capture_output=True, timeout=60, env=self.env)
 
 
 @pytest.fixture
