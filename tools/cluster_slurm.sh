@@ -99,6 +99,8 @@ ReturnToService=2
 JobRequeue=1
 StateSaveLocation=$DIR/ctld
 SlurmdSpoolDir=$DIR/node/%n
+# Node-local temporary files (srun --mpi=pmix makes spmix_appdir_* there): /tmp is shared here.
+TmpFS=$DIR/node/%n/tmp
 SlurmctldPidFile=$DIR/slurmctld.pid
 SlurmdPidFile=$DIR/node/%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
@@ -181,7 +183,7 @@ start_slurmds() {
   local name addr pid ns
   while read -r name addr pid ns; do
     alive_pidfile "$DIR/node/$name.pid" && continue
-    mkdir -p "$DIR/node/$name"
+    mkdir -p "$DIR/node/$name/tmp" # its TmpFS: node-local, as /tmp is on a cluster's nodes
     say "starting slurmd on $name ($addr:$((PORT + 1)))"
     start "slurmd-$name" nsenter -t "$pid" -n -u -- slurmd -f "$CONF" -N "$name"
   done <"$HOSTS_FILE"

@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,33 @@ def test_the_single_node_slurm_runs_beside_it(slurm_hosts: dict[str, str]) -> No
     )
     assert here.stdout.split() == [socket.gethostname().split(".")[0]], here.stdout + here.stderr
     assert hosts.stdout.split() == ["hpc1", "hpc2"], hosts.stdout + hosts.stderr
+
+
+WORLD = (
+    "from mpi4py import MPI; import socket; w = MPI.COMM_WORLD; "
+    "print(w.rank, w.size, socket.gethostname(), w.allreduce(w.rank), flush=True)"
+)
+
+
+def test_srun_pmix_starts_one_world_across_the_nodes(
+    slurm_hosts: dict[str, str], tmp_path: Path
+) -> None:
+    """`HPCMARL_LAUNCHER=srun` starts ranks with `srun --mpi=pmix` (Slurm's PMIx, no mpirun):
+    one MPI world over both nodes. Each node needs a /tmp of its own for PMIx's files, as on a
+    cluster; with the hosts' shared /tmp, hpc2's tasks failed to launch (`spmix_appdir_...: File
+    exists`)."""
+    log = tmp_path / "world.out"
+    step = f"srun --mpi=pmix -n 4 {sys.executable} -c '{WORLD}'"
+    done = subprocess.run(
+        ["sbatch", "--wait", "--nodes=2", "--ntasks-per-node=2", "--ntasks=4"]
+        + [f"--output={log}", "--wrap", step],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **slurm_hosts},
+        cwd=tmp_path,
+    )
+    out = log.read_text() if log.exists() else ""
+    assert done.returncode == 0, out + done.stderr
+    ranks = sorted(tuple(line.split()) for line in out.splitlines() if line[:1].isdigit())
+    assert ranks == [(str(r), "4", "hpc1" if r < 2 else "hpc2", "6") for r in range(4)], out
