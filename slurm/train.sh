@@ -2,10 +2,13 @@
 # hpcmarl as a Slurm batch job that checkpoints before its time limit and requeues itself.
 #
 #   mkdir -p runs && sbatch slurm/train.sh jobs/cartpole_dqn.yaml [key=value ...]
+#   sbatch --nodes=4 --ntasks-per-node=32 --ntasks=128 slurm/train.sh jobs/default.yaml
 #
 # Edit the #SBATCH lines below for your site, or override any of them on the command line
-# (`sbatch --ntasks=32 --time=08:00:00 slurm/train.sh ...`). Slurm does not create the folder of
-# --output: submit from the repo root after `mkdir -p runs`. See slurm/README.md.
+# (`sbatch --ntasks=32 --time=08:00:00 slurm/train.sh ...`). With --ntasks-per-node give --ntasks
+# too: the --ntasks=16 below would stay and make it a maximum (Slurm then refuses --nodes=2
+# --ntasks-per-node=4). Slurm does not create the folder of --output: submit from the repo root
+# after `mkdir -p runs`. See slurm/README.md (many nodes, GPUs, a site MPI).
 #
 #SBATCH --job-name=hpcmarl
 #SBATCH --ntasks=16
@@ -38,6 +41,10 @@
 set -uo pipefail
 
 EXIT_CHECKPOINTED=75
+
+# Site modules (a site MPI with HPCMARL_LAUNCHER=srun, CUDA) load here, before the launcher:
+#   source /etc/profile.d/modules.sh   # when the batch shell lacks the module function
+#   module load openmpi cuda
 
 say() { echo "hpcmarl-slurm: $*"; }
 
