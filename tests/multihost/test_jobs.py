@@ -34,6 +34,11 @@ def test_the_default_job_runs_at_8_ranks_on_2_hosts(cluster: Cluster, tmp_path: 
     assert hosts == {rank: "hpc1" if rank < 4 else "hpc2" for rank in range(8)}  # in blocks
     assert "  host hpc1: ranks 0-3 (commander, " in out  # the wiring names each host's ranks
     assert "  host hpc2: ranks 4-7 (" in out
+    # Placed by host, not by rank number: each host trains (a learner and its shard), where
+    # block mapping left host 2 without a learner.
+    wiring = [line for line in out.splitlines() if line.startswith("  host hpc")]
+    assert len(wiring) == 2, wiring
+    assert all("learner" in line and "replay" in line for line in wiring), wiring
 
 
 def test_kill_9_of_a_rank_on_host_2_ends_the_job_on_every_host(
