@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -44,33 +45,46 @@ def leaves(tree: dict, prefix: str = "") -> dict:
     return out
 
 
-def test_resume_continues_counters_and_appends_metrics(tmp_path: Path) -> None:
-    first = run_local(
-        ["-m", "hpcmarl", *SMALL, "commander.max_env_steps=3000", f"runtime.run_dir={tmp_path}"],
-        timeout=300,
-    )
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One short run in one process that ended on its step budget with checkpoint 000001,
+    made once for the module: each test continues its own copy (`copy_of`), so the same
+    first run is not trained again for every resume checked here."""
+    run_dir = tmp_path_factory.mktemp("small_run")
+    args = ["-m", "hpcmarl", *SMALL, "commander.max_env_steps=3000", f"runtime.run_dir={run_dir}"]
+    first = run_local(args, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "checkpoint 000001" in last_line(first.stdout)
+    return run_dir
+
+
+def copy_of(run_dir: Path, tmp_path: Path) -> Path:
+    """A copy of a run directory to resume on its own (resume takes the run directory from
+    its command line, not from the copied config.yaml)."""
+    return Path(shutil.copytree(run_dir, tmp_path / "run"))
+
+
+def test_resume_continues_counters_and_appends_metrics(small_run: Path, tmp_path: Path) -> None:
+    run_dir = copy_of(small_run, tmp_path)
     second = run_local(
-        ["-m", "hpcmarl", "resume", str(tmp_path), "commander.max_env_steps=6000"], timeout=300
+        ["-m", "hpcmarl", "resume", str(run_dir), "commander.max_env_steps=6000"], timeout=300
     )
     assert second.returncode == 0, second.stderr[-3000:]
-    saved = manifest(tmp_path, "000001")["info"]["counters"]["env_steps"]
+    saved = manifest(run_dir, "000001")["info"]["counters"]["env_steps"]
     assert f"hpcmarl: resumed from checkpoint 000001 at {saved} env steps" in second.stdout
     assert "checkpoint 000002" in last_line(second.stdout)
-    counters = manifest(tmp_path, "000002")["info"]["counters"]
+    counters = manifest(run_dir, "000002")["info"]["counters"]
     assert counters["env_steps"] >= 6000
-    rows = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    rows = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert sum(json.loads(r)["kind"] == "finished" for r in rows) == 2
 
 
-def test_resumed_state_is_bitwise_the_checkpoint(tmp_path: Path) -> None:
-    args = ["-m", "hpcmarl", *SMALL, "commander.max_env_steps=3000", f"runtime.run_dir={tmp_path}"]
-    assert run_local(args, timeout=300).returncode == 0
+def test_resumed_state_is_bitwise_the_checkpoint(small_run: Path, tmp_path: Path) -> None:
+    run_dir = copy_of(small_run, tmp_path)
     # Resuming at the step budget stops at once and checkpoints again, before any new work.
-    again = run_local(["-m", "hpcmarl", "resume", str(tmp_path)], timeout=300)
+    again = run_local(["-m", "hpcmarl", "resume", str(run_dir)], timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
-    one, two = tmp_path / "checkpoints" / "000001", tmp_path / "checkpoints" / "000002"
+    one, two = run_dir / "checkpoints" / "000001", run_dir / "checkpoints" / "000002"
     for role in ("replay0", "replay1", "learner0"):
         before, after = leaves(read_tree(one / f"{role}.h5")), leaves(read_tree(two / f"{role}.h5"))
         assert before.keys() == after.keys()
@@ -82,9 +96,9 @@ def test_resumed_state_is_bitwise_the_checkpoint(tmp_path: Path) -> None:
     assert weights and all(np.array_equal(ps_before[k], ps_after[k]) for k in weights)
 
 
-def test_a_foreign_run_directory_is_refused(tmp_path: Path) -> None:
-    args = ["-m", "hpcmarl", *SMALL, "commander.max_env_steps=1000", f"runtime.run_dir={tmp_path}"]
-    assert run_local(args, timeout=300).returncode == 0
+def test_a_foreign_run_directory_is_refused(small_run: Path, tmp_path: Path) -> None:
+    run_dir = copy_of(small_run, tmp_path)
+    args = ["-m", "hpcmarl", *SMALL, "commander.max_env_steps=3000", f"runtime.run_dir={run_dir}"]
     other = run_local([*args, "learner.lr=0.01"], timeout=120)
     assert other.returncode == 2
     assert "holds checkpoints of another job" in other.stderr and "Traceback" not in other.stderr
@@ -164,15 +178,14 @@ def resume_over_shards(run_dir: Path, shards: int, budget: int) -> None:
 
 @pytest.mark.parametrize("shards", [1, 3])
 def test_resume_with_another_shard_count_keeps_every_transition(
-    tmp_path: Path, shards: int
+    small_run: Path, tmp_path: Path, shards: int
 ) -> None:
-    args = ["-m", "hpcmarl", *SMALL, "commander.max_env_steps=2000", f"runtime.run_dir={tmp_path}"]
-    assert run_local(args, timeout=300).returncode == 0
-    budget = manifest(tmp_path, "000001")["info"]["counters"]["env_steps"]
-    resume_over_shards(tmp_path, shards, budget)
-    files = sorted((tmp_path / "checkpoints" / "000002").glob("replay*.h5"))
+    run_dir = copy_of(small_run, tmp_path)
+    budget = manifest(run_dir, "000001")["info"]["counters"]["env_steps"]
+    resume_over_shards(run_dir, shards, budget)
+    files = sorted((run_dir / "checkpoints" / "000002").glob("replay*.h5"))
     assert len(files) == shards
-    assert replay_rows(tmp_path, "000002") == replay_rows(tmp_path, "000001")
+    assert replay_rows(run_dir, "000002") == replay_rows(run_dir, "000001")
 
 
 def episodes_in(path: Path) -> list[tuple]:
