@@ -21,7 +21,14 @@ TWO_NODES = ["--nodes=2", "--ntasks-per-node=2", "--ntasks=4", "--time=5", "--si
 over `--ntasks-per-node` (Slurm refuses 16 tasks at 2 per node on 2 nodes). A 5-minute limit
 with its warning 60 s before: slurmctld's own warning would come 210-240 s after a start (it
 looks at limits every 30 s), so the test sends the same signal itself once both nodes run."""
-SHORT = ["commander.max_wall_time_s=20", "commander.max_env_steps=10000000"]
+SHORT = [
+    "commander.max_wall_time_s=12",
+    "commander.max_env_steps=10000000",
+    "checkpoint.at_end=false",
+]
+"""A budget on the training clock, which the resumed run continues: it trains on to 12 s, or
+stops at once when the first run's checkpoint took it past them (on a loaded machine); no
+checkpoint at the end, only the one at the warning."""
 QUICK = ["commander.stop_value=null", "topology.collectors=2"]
 YIELD = {"OMPI_MCA_mpi_yield_when_idle": "1"}
 """Ranks that wait yield the core: the nodes offer more CPUs than the machine has, so Open MPI
