@@ -162,6 +162,7 @@ class Timed(Schedule):
                 continue
             task = self.collect(s)
             if task is not None:
+                self.evals.collected()
                 grants.append(Grant(collector, task))
         return grants + self.learner_grants(s)
 
@@ -178,18 +179,25 @@ class Timed(Schedule):
 
 
 class EvalTimer:
-    """Every `eval_interval_s`, once learning has begun, one evaluation at a time."""
+    """Every `eval_interval_s`, once learning has begun, one evaluation at a time, and never
+    two without a collect task granted between them: an interval shorter than an evaluation
+    (or a lone collector) would otherwise evaluate back to back and never reach a step budget."""
 
     def __init__(self, interval_s: float, now: float) -> None:
         self.interval_s = interval_s
         self.last = now
         self.running = False
+        self.collected_since = True
 
     def due(self, s: Situation) -> bool:
-        return not self.running and s.updates > 0 and s.now - self.last >= self.interval_s
+        waited = s.now - self.last >= self.interval_s
+        return not self.running and self.collected_since and s.updates > 0 and waited
 
     def start(self, now: float) -> None:
-        self.running, self.last = True, now
+        self.running, self.last, self.collected_since = True, now, False
+
+    def collected(self) -> None:
+        self.collected_since = True
 
     def done(self) -> None:
         self.running = False

@@ -95,3 +95,18 @@ def test_lockstep_rounds_grant_one_collector_at_a_time_then_the_learners() -> No
     assert schedule.grants(situation()) == [] and schedule.round == 1
     ((kind, row),) = schedule.records()
     assert kind == "round" and row["round"] == 0 and row["returns"] == 1.0
+
+
+def test_a_lone_collector_collects_between_evaluations_that_outlast_their_interval() -> None:
+    """With evaluations due again as soon as one ended (commander.eval_interval_s shorter than an
+    evaluation), a lone collector was granted evaluation after evaluation and the run never
+    reached its step budget (found by tests/unit/test_bounds.py at eval_interval_s=0.001)."""
+    ctx = context(["commander.eval_interval_s=0.001"], {"a": ("learner0",)})
+    schedule = FreeRunning(ctx)
+    kinds = []
+    for n in range(4):
+        lone = situation(now=1e9 + n, updates=10, waiting_collectors=("collector0",))
+        (task,) = [g.task for g in schedule.grants(lone) if g.role == "collector0"]
+        kinds.append(task["kind"])
+        schedule.on_task_done("collector0", task["kind"], {})
+    assert kinds == ["eval", "collect", "eval", "collect"]
