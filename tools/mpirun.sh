@@ -12,6 +12,13 @@
 # SIGUSR2, which mpirun forwards to every rank. USR1 and USR2 sent to this script go to mpirun,
 # which forwards them. A second signal of the same kind is relayed again; KILL this script's
 # process group and mpirun's to end the job without a checkpoint.
+#
+# A rank killed by a signal (kill -9, the OOM killer, a segfault): mpirun ends every other rank
+# at once, so no rank is left to print hpcmarl's failure line. mpirun's stderr therefore passes
+# through hpcmarl/launch/lost_rank.py, which forwards it unchanged as it comes and notes Open
+# MPI's "process rank N ... exited on signal S"; when mpirun fails, this script prints the line
+# it makes of that and of the rank map rank 0 wrote at start (HPCMARL_RANK_MAP: each rank's host
+# and roles): "hpcmarl: failed: rank 5 (collector1) on host hpc2, pid 1234: killed by signal 9".
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ "${1:-}" = --hosts ]; then
@@ -19,7 +26,9 @@ if [ "${1:-}" = --hosts ]; then
   shift
   exec bash "$root/tools/cluster_mpirun.sh" "$@"
 fi
-venv=${HPCMARL_VENV:-$root/.venv}   # .venv-mpich for MPICH (tools/setup.sh --mpi mpich)
+# .venv-mpich for the MPICH wheel (tools/setup.sh --mpi mpich); .venv-site for a site MPI, whose
+# bin/mpirun tools/setup.sh --mpi site points at the launcher of the MPI that built its mpi4py.
+venv=${HPCMARL_VENV:-$root/.venv}
 mpirun="$venv/bin/mpirun"
 [ -x "$mpirun" ] || mpirun=$(command -v mpirun)
 extra=()
@@ -54,7 +63,41 @@ relay_stop() {
 # USR1 / USR2: mpirun forwards them to every rank.
 relay_as_is() { kill -"$1" "$pid" 2>/dev/null || true; }
 
-finish() { [ -z "$own_signal_file" ] || rm -f "$own_signal_file" "$own_signal_file.tmp"; }
+# mpirun's stderr through the watch (above), with the rank map beside its report; no watch
+# where there is no python or no FIFO can be made: then mpirun writes to stderr directly.
+python="$venv/bin/python"
+[ -x "$python" ] || python=$(command -v python3 || true)
+watch_dir=$(mktemp -d "${TMPDIR:-/tmp}/hpcmarl-mpirun.XXXXXXXX")
+export HPCMARL_RANK_MAP="$watch_dir/ranks"
+stderr_fifo=""
+if [ -n "$python" ] && mkfifo "$watch_dir/stderr" 2>/dev/null; then
+  stderr_fifo="$watch_dir/stderr"
+fi
+stdin_is_tty=false
+[ ! -t 0 ] || stdin_is_tty=true
+
+# mpirun in place of this (background) shell, so that $! is mpirun: stdin from /dev/null
+# rather than a terminal, stderr into the watch.
+exec_mpirun() {
+  ! $stdin_is_tty || exec </dev/null
+  [ -z "$stderr_fifo" ] || exec 2>"$stderr_fifo"
+  exec "$mpirun" "${extra[@]}" "$@"
+}
+
+# After mpirun: the watch has its stderr to the end (bounded: a daemon may keep it open), then
+# a failed job gets its line. Prints nothing when a rank printed its own failure line.
+report_lost_rank() {
+  [ -n "$watcher" ] || return 0
+  local until=$((SECONDS + 5))
+  while kill -0 "$watcher" 2>/dev/null && [ "$SECONDS" -lt "$until" ]; do sleep 0.1; done
+  [ "$1" = 0 ] || "$python" "$root/hpcmarl/launch/lost_rank.py" report "$watch_dir/report" \
+    "$1" "$([ ${#extra[@]} = 0 ] && echo other || echo open-mpi)" || true
+}
+
+finish() {
+  [ -z "$own_signal_file" ] || rm -f "$own_signal_file" "$own_signal_file.tmp"
+  rm -rf "$watch_dir"
+}
 
 relay_at=""
 trap 'relay_stop TERM' TERM
@@ -64,11 +107,12 @@ trap 'relay_as_is USR1' USR1
 trap 'relay_as_is USR2' USR2
 trap finish EXIT
 set -m # mpirun's own process group: signals to this script's group do not reach it
-if [ -t 0 ]; then
-  "$mpirun" "${extra[@]}" "$@" </dev/null &
-else
-  "$mpirun" "${extra[@]}" "$@" &
+watcher=""
+if [ -n "$stderr_fifo" ]; then # in a process group of its own too: Ctrl-C must not end it
+  "$python" "$root/hpcmarl/launch/lost_rank.py" watch "$watch_dir/report" <"$stderr_fifo" &
+  watcher=$!
 fi
+exec_mpirun "$@" &
 pid=$!
 set +m
 rc=""
@@ -84,4 +128,5 @@ while [ -z "$rc" ]; do
     wait $! || true
   fi
 done
+report_lost_rank "$rc"
 exit "$rc"

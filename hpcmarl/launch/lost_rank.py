@@ -53,6 +53,9 @@ class Loss:
     signum: int | None = None
     failed_line: bool = False
     """A rank printed hpcmarl's own failure line: it names the cause, so no second one."""
+    mid_line: bool = False
+    """The stream ended inside a line (Open MPI ends some of its reports with a NUL byte): the
+    failure line then starts a new one, so that it stays a line of its own."""
 
 
 class StderrWatch:
@@ -63,6 +66,9 @@ class StderrWatch:
         self._window = ""
 
     def feed(self, text: str) -> None:
+        if not text:
+            return
+        self.loss.mid_line = not text.endswith("\n")
         self._window = (self._window + text)[-WINDOW_CHARS:]
         if FAILED_PREFIX in self._window:
             self.loss.failed_line = True
@@ -179,7 +185,7 @@ def report(report_path: str, exit_code: int, open_mpi: bool) -> int:
         loss = Loss()
     line = failure_line(loss, read_rank_map(os.environ.get(RANK_MAP_ENV)), exit_code, open_mpi)
     if line:
-        print(line, file=sys.stderr, flush=True)
+        print("\n" * loss.mid_line + line, file=sys.stderr, flush=True)
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -107,11 +108,17 @@ def test_kill_9_of_any_role_ends_the_job_within_10_s_without_orphans(
     assert len(pids) == 6, pids
     os.kill(pids[rank], signal.SIGKILL)
     killed = time.monotonic()
-    job.finish(30, f"kill -9 of {role} (rank {rank}) did not end the job")
+    _, err = job.finish(30, f"kill -9 of {role} (rank {rank}) did not end the job")
     took = time.monotonic() - killed
     print(f"job ended {took:.1f} s after kill -9 of {role} (rank {rank})")
     assert job.returncode != 0
     assert took < 10
+    # No rank survives to say so: the launcher names the rank, its roles and its host.
+    host = socket.gethostname()
+    named = f"hpcmarl: failed: rank {rank} ({role}) on host {host}, pid {pids[rank]}: killed by"
+    lines = [line.strip("\x00 ") for line in err.splitlines()]  # Open MPI writes NUL bytes
+    failed = [line for line in lines if line.startswith("hpcmarl: failed:")]
+    assert len(failed) == 1 and failed[0].startswith(f"{named} signal 9 (SIGKILL)"), err[-3000:]
     deadline = time.monotonic() + 5  # the launcher has returned; its ranks must be gone too
     while rank_pids(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.2)

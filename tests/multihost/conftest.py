@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,17 +77,27 @@ class Cluster:
                 continue
         return None
 
-    def processes(self) -> dict[int, str]:
+    def processes(self, mark: str | None = None) -> dict[int, str]:
         """Every process on a host other than the holders and the Slurm daemons that
-        `up --slurm` started there, with its host (ranks, their launchers' daemons)."""
+        `up --slurm` started there, with its host (ranks, their launchers' daemons); with
+        `mark`, only those whose environment holds it: one job's, where other jobs share the
+        hosts (the cluster's agent hands the launcher's environment to each daemon and rank)."""
         found = {}
         kept = {*self.holders.values(), *slurmd_pids()}
         for proc in Path("/proc").iterdir():
             if proc.name.isdigit() and int(proc.name) not in kept:
                 host = self.host_of(int(proc.name))
-                if host is not None:
+                if host is not None and (mark is None or in_environment(proc, mark)):
                     found[int(proc.name)] = host
         return found
+
+
+def in_environment(proc: Path, entry: str) -> bool:
+    """`entry` (NAME=value) is in the environment of process `proc` (/proc/PID)."""
+    try:
+        return entry.encode() in (proc / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
 
 
 def read_holders() -> dict[str, int]:
@@ -173,7 +184,10 @@ class ClusterJob(BackgroundJob):
     def __init__(self, hosts: int, ranks: int, args: list[str]) -> None:  # noqa: D107
         hpcmarl = [sys.executable, "-m", "hpcmarl", *args]
         cmd = ["bash", str(MPIRUN), "--hosts", str(hosts), "-n", str(ranks), *hpcmarl]
+        self.mark = f"HPCMARL_TEST_JOB={uuid.uuid4().hex}"
+        """In the environment of each process of this job: `Cluster.processes(job.mark)`."""
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "HPCMARL_VENV": VENV}
+        env.update([self.mark.split("=", 1)])
         self.proc = subprocess.Popen(
             cmd,
             cwd=ROOT,

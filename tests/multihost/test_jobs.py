@@ -4,6 +4,7 @@ both hosts, and a rank killed on the second host ends the job on every host with
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -48,15 +49,24 @@ def test_kill_9_of_a_rank_on_host_2_ends_the_job_on_every_host(
     job.wait_for(progress_rows(tmp_path, 1), 150, "a progress row")
     on_host_2 = [rank for rank, host in rank_hosts(cluster, tmp_path).items() if host == "hpc2"]
     assert on_host_2, rank_hosts(cluster, tmp_path)
-    os.kill(rank_pids(tmp_path)[on_host_2[0]], signal.SIGKILL)
+    assert set(cluster.processes(job.mark).values()) == {"hpc1", "hpc2"}  # the mark finds it
+    victim = on_host_2[0]
+    pid = rank_pids(tmp_path)[victim]
+    os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
-    _, err = job.finish(30, f"kill -9 of rank {on_host_2[0]} on hpc2 did not end the job")
+    out, err = job.finish(30, f"kill -9 of rank {victim} on hpc2 did not end the job")
     took = time.monotonic() - killed
-    print(f"ended {took:.1f} s after kill -9 of rank {on_host_2[0]} on hpc2, exit {job.returncode}")
+    print(f"ended {took:.1f} s after kill -9 of rank {victim} on hpc2, exit {job.returncode}")
     assert job.returncode != 0
     assert took < 10
-    assert "hpc2" in err  # the launcher names the host the rank died on
+    # The launcher names the rank, its roles (as the wiring printed them) and its host.
+    roles = re.search(rf"^  rank +{victim}: (.+)$", out, re.MULTILINE)
+    assert roles, out[-3000:]
+    named = f"hpcmarl: failed: rank {victim} ({roles[1]}) on host hpc2, pid {pid}: killed by"
+    lines = [line.strip("\x00 ") for line in err.splitlines()]  # Open MPI writes NUL bytes
+    failed = [line for line in lines if line.startswith("hpcmarl: failed:")]
+    assert len(failed) == 1 and failed[0].startswith(f"{named} signal 9 (SIGKILL)"), err[-3000:]
     deadline = time.monotonic() + 5  # mpirun has returned; nothing of the job may stay on a host
-    while cluster.processes() and time.monotonic() < deadline:
+    while cluster.processes(job.mark) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not cluster.processes(), f"left on the hosts: {cluster.processes()}"
+    assert not cluster.processes(job.mark), f"left on the hosts: {cluster.processes(job.mark)}"

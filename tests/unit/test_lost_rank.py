@@ -48,8 +48,9 @@ def rank_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_rank_killed_by_a_signal_is_named_with_its_roles_and_host(
     tmp_path: Path, rank_map: Path
 ) -> None:
-    # mpirun's stderr in pieces cut inside the message, with a byte that is not UTF-8
-    stderr = b"warning: \xff odd byte\n" + OPEN_MPI_LOSS
+    # mpirun's stderr in pieces cut inside the message, with a byte that is not UTF-8, ending
+    # in a NUL byte without a newline as Open MPI's across hosts did
+    stderr = b"warning: \xff odd byte\n" + OPEN_MPI_LOSS + b"\x00"
     pieces = [stderr[:40], stderr[40:130], stderr[130:]]
     watch = subprocess.Popen(
         [sys.executable, str(WATCH), "watch", str(tmp_path / "report")],
@@ -65,10 +66,12 @@ def test_a_rank_killed_by_a_signal_is_named_with_its_roles_and_host(
 
     line = launcher("report", str(tmp_path / "report"), "137", "open-mpi", rank_map=rank_map)
     roles = rank_map.read_text().splitlines()[5].split("\t")[2].replace(",", ", ")
-    assert line.stderr.decode().splitlines() == [
+    assert line.stderr.decode().split("\n") == [
+        "",  # the line starts a line of its own
         f"hpcmarl: failed: rank 5 ({roles}) on host hpc2, pid 16759: killed by signal 9 (SIGKILL)"
         " from outside hpcmarl (the kernel's OOM killer? a user? the batch system?); mpirun "
-        "ended every other rank"
+        "ended every other rank",
+        "",
     ]
 
     # without a rank map (rank 0 never wrote it): Open MPI's node, no roles
