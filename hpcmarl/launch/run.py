@@ -24,6 +24,7 @@ from ..config.schema import JobConfig
 from ..core import Role
 from ..errors import UserError
 from ..replay.offline import plan_offline
+from ..roles.commander import EXIT_CHECKPOINTED
 from ..testing import faults
 from . import signals
 from .build import (
@@ -190,6 +191,11 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
     try:
         configure_process(plan.cfg, rank)
         transport, group_comm = make_transport(plan, comm)
+        stopped = signals.stopped_before_start(comm, plan.run_dir)
+        if stopped:
+            if rank == 0:
+                print(stopped, file=sys.stderr, flush=True)
+            return EXIT_CHECKPOINTED
         roles = build_roles(plan.cfg, plan.spec, plan.topology, transport, group_comm, plan.run_dir)
         if rank == 0:
             print(plan.topology.format(), flush=True)

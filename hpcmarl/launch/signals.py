@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
 SIGNAL_FILE_ENV = "HPCMARL_SIGNAL_FILE"
 FILE_CHECK_INTERVAL_S = 0.25
@@ -77,6 +78,42 @@ def _write_signal_file(path: str, name: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def stopped_before_start(comm: Any, run_dir: str) -> str:
+    """The line that ends a job whose process got a signal before its roles were built (on any
+    rank: every rank must agree, or the others would wait for it), or ''.
+
+    Nothing has been trained then, so there is nothing to checkpoint: a Ctrl-C or a preemption
+    during the slow start-up stops at once. The code is the checkpointed one (75), so a batch
+    script requeues and the run starts again. A signal only written into the signal file (Slurm's
+    warning through `slurm/train.sh`) is left to the commander, which checkpoints once the roles
+    exist; when `tools/mpirun.sh` relays one as SIGUSR2, the file names the one it got."""
+    own = _received[0] if _received else ""
+    if comm is not None:
+        own = next((name for name in comm.allgather(own) if name), "")
+    if not own:
+        return ""
+    name = _take_signal_file() or own
+    return (
+        f"hpcmarl: stopped by {name} during start-up, before any training: nothing was lost; "
+        f"start it again (python -m hpcmarl resume {run_dir})"
+    )
+
+
+def _take_signal_file() -> str:
+    """The written-down signal's name, or ''; the file goes, so that it cannot stop the run when
+    it starts again."""
+    path = os.environ.get(SIGNAL_FILE_ENV)
+    if not path:
+        return ""
+    try:
+        with open(path) as f:
+            name = f.read().strip()
+        os.remove(path)
+    except OSError:
+        return ""
+    return name if name.startswith("SIG") or not name else f"SIG{name}"
 
 
 def clear() -> None:
