@@ -8,7 +8,8 @@ Beside each sits a blocking wrapper (`average`, `broadcast`, `gather`) for tests
 
 Backends share this interface: `SoloAverager` (a group of one: nothing to do), `MpiAverager`
 (one fused flat float32 buffer, `Iallreduce` over the learner sub-communicator, never the whole
-world) and `HorovodAverager` in `horovod.py`. `make_averager` picks one per `learner.allreduce`.
+world), `HorovodAverager` in `horovod.py` and `TorchAverager` in `torch_dist.py` (NCCL on the
+GPU, gloo on the CPU). `make_averager` picks one per `learner.allreduce`.
 
 A started buffer belongs to the collective: the caller hands it over (it may be scaled or
 overwritten) and reads only the result. That saves a copy of every gradient: Horovod reduces it
@@ -97,6 +98,9 @@ class SoloAverager:
         """Blocking wrapper of `start_gather`: a (size, len(row)) int64 array, in rank order."""
         return self.wait(self.start_gather(row))
 
+    def close(self) -> None:
+        """Release what the backend holds (torch's process group); nothing to do here."""
+
 
 class MpiAverager(SoloAverager):
     """Averages over an MPI communicator of learner ranks with one fused `Iallreduce`."""
@@ -144,40 +148,90 @@ class MpiAverager(SoloAverager):
         return self.result(handle)
 
 
-BACKENDS = ("auto", "mpi", "horovod")
+BACKENDS = ("auto", "mpi", "horovod", "torch")
 
 
-def make_averager(kind: str, comm: Any, policy: str) -> tuple[SoloAverager, str]:
+def make_averager(
+    kind: str, comm: Any, policy: str, device: str = "cpu", store: str = ""
+) -> tuple[SoloAverager, str]:
     """The averager for the learners of `policy` on `comm`, and one line saying which and why.
 
-    Every member must pick the same backend or the group would hang, so Horovod's availability
-    is agreed on (one small allreduce at start-up): it is used only if every member has it.
+    Every member must pick the same backend or the group would hang, so what each member can
+    run is agreed on (one small allgather at start-up): Horovod is used only if every member
+    has it, NCCL only if every member trains on a GPU and has it. `auto` takes NCCL, then
+    Horovod, then MPI. `store` is the file torch.distributed meets at (in the run directory).
     A group of one needs neither a backend nor a line.
     """
     if kind not in BACKENDS:
         raise ConfigError(f"learner.allreduce={kind!r} is unknown", f"use one of {BACKENDS}")
     if comm is None or comm.Get_size() == 1:
         return SoloAverager(), ""
-    from mpi4py import MPI
-
-    from . import horovod
-
-    reason = horovod.unavailable_reason() if kind != "mpi" else None
-    everyone = comm.allreduce(reason is None, op=MPI.LAND)
-    reason = reason or "horovod is missing on a peer learner"
+    peers = Peers(comm.allgather(Peers.local(kind, device)))
     group = f"hpcmarl: learners of policy {policy}"
     size = comm.Get_size()
+    if kind == "torch" or (kind == "auto" and peers.nccl_reason is None):
+        line = f"{group} average gradients with torch"
+        return torch_averager(kind, comm, store, device, peers, line)
     if kind == "mpi":
         return MpiAverager(comm), f"{group} average gradients with mpi ({size} ranks)"
-    if everyone:
-        averager = horovod.HorovodAverager(comm, policy)
+    if peers.horovod_reason is None:
+        from .horovod import HorovodAverager
+
+        averager = HorovodAverager(comm, policy)
         return averager, f"{group} average gradients with horovod ({size} ranks)"
     if kind == "auto":
-        return MpiAverager(comm), f"{group}: {reason}, using mpi ({size} ranks)"
+        return MpiAverager(comm), f"{group}: {peers.horovod_reason}, using mpi ({size} ranks)"
     raise ConfigError(
-        f"learner.allreduce=horovod but {reason}",
+        f"learner.allreduce=horovod but {peers.horovod_reason}",
         "run `bash tools/install_horovod.sh`, or set learner.allreduce=auto or mpi",
     )
+
+
+class Peers:
+    """What every member of a group can run, from one allgather of `Peers.local` rows."""
+
+    def __init__(self, rows: list[tuple[bool, str | None, str | None, str | None]]) -> None:
+        self.nccl_reason = first([r[1] for r in rows], "a peer learner")
+        """Why NCCL cannot average for the whole group, or None."""
+        self.gloo_reason = first([r[2] for r in rows], "a peer learner")
+        self.horovod_reason = first([r[3] for r in rows], "a peer learner")
+
+    @staticmethod
+    def local(kind: str, device: str) -> tuple[bool, str | None, str | None, str | None]:
+        """This member's row: on a GPU, and why NCCL, gloo, Horovod cannot run here (or None,
+        also where `kind` does not need to know)."""
+        from . import horovod, torch_dist
+
+        cuda = device.startswith("cuda")
+        nccl = torch_dist.unavailable_reason(True) if cuda else f"learners train on {device}"
+        gloo = torch_dist.unavailable_reason(False) if kind == "torch" else None
+        hvd = horovod.unavailable_reason() if kind in ("auto", "horovod") else None
+        return cuda, nccl if kind in ("auto", "torch") else None, gloo, hvd
+
+
+def first(reasons: list[str | None], whose: str) -> str | None:
+    """The first reason given, said of `whose` when it is not the first member's own."""
+    for i, reason in enumerate(reasons):
+        if reason is not None:
+            return reason if i == 0 else f"{reason} on {whose}"
+    return None
+
+
+def torch_averager(
+    kind: str, comm: Any, store: str, device: str, peers: Peers, line: str
+) -> tuple[SoloAverager, str]:
+    """NCCL on `device` where every member trains on a GPU that has it, else gloo on the host."""
+    from .torch_dist import TorchAverager
+
+    if peers.nccl_reason is not None and peers.gloo_reason is None:
+        device = "cpu"
+    elif peers.nccl_reason is not None:
+        raise ConfigError(
+            f"learner.allreduce={kind} but {peers.gloo_reason}",
+            "install a torch with torch.distributed, or set learner.allreduce=auto or mpi",
+        )
+    averager = TorchAverager(comm, store, device)
+    return averager, f"{line} ({averager.library}, {comm.Get_size()} ranks)"
 
 
 def digest(*arrays: np.ndarray) -> int:

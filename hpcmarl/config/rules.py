@@ -169,7 +169,7 @@ RULES: dict[str, Rule] = {
     "replay.sequence_overlap": at_least(0),
     "learner.push_interval": at_least(1),
     "learner.updates_per_task": at_least(1),
-    "learner.allreduce": one_of("auto", "mpi", "horovod"),
+    "learner.allreduce": one_of("auto", "mpi", "horovod", "torch"),
     "learner.device": one_of("auto", "cpu", "cuda"),
     "replay.table_capacity": at_least(1),
     "replay.learning_starts": at_least(0),

@@ -72,9 +72,13 @@ class LearnerConfig:
     on-policy task is one update). A checkpoint or a stop does not wait for a task's end: an
     off-policy task ends after the update in flight (deterministic mode keeps tasks whole)."""
     allreduce: str = "mpi"
-    """Gradient averaging across learners of one group: `mpi`, `horovod` or `auto` (Horovod
-    when it imports, else MPI). The default is MPI because Horovod's background thread keeps a
-    core busy per learner, which costs more than it saves on oversubscribed nodes."""
+    """Gradient averaging across learners of one group: `mpi`, `horovod`, `torch` or `auto`.
+    `torch` averages through torch.distributed, with NCCL on the GPUs when every learner of the
+    group trains on one, else with gloo on the host; its processes meet in a file of the run
+    directory (`allreduce-<group>.store`, no port to configure). `auto` takes torch with NCCL
+    when every learner of the group is on a GPU, else Horovod when it imports, else MPI. The
+    default is MPI because Horovod's background thread keeps a core busy per learner, which
+    costs more than it saves on oversubscribed nodes."""
     device: str = "auto"
     """Where learners train: `auto` (a GPU of the node when torch sees one, round robin by
     node-local rank, else the CPU), `cpu`, or `cuda` (refused at start-up on a node without

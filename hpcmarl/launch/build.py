@@ -342,7 +342,9 @@ def build_roles(
         elif kind == "replay_shard":
             roles.append(build_replay_shard(cfg, spec, topology, transport, name))
         elif kind == "learner":
-            roles.append(build_learner(cfg, spec, topology, transport, group_comm, name))
+            roles.append(
+                build_learner(cfg, spec, topology, transport, group_comm, name, run_dir)
+            )
         else:
             roles.append(build_collector(cfg, spec, topology, transport, name))
     return roles
@@ -388,12 +390,14 @@ def build_learner(
     transport: LocalTransport,
     group_comm: Any,
     name: str,
+    run_dir: str,
 ) -> Learner:
     """A learner on its host's GPU (round robin over the host's learners) or the CPU, with one
     averager per group.
 
     The group root announces the averaging backend in one line; choosing it is collective over
-    the group, which every member reaches here, at start-up.
+    the group, which every member reaches here, at start-up. torch.distributed meets in a file
+    of the run directory named after the first group on the communicator.
     """
     device = learner_device(cfg.learner.device, topology.learner_slot(name))
     if cfg.commander.deterministic and device.startswith("cuda"):
@@ -410,7 +414,8 @@ def build_learner(
         seed = cfg.seed * 7_919 + groups.index(group)
         members = sorted(topology.learners_of_group[group], key=topology.rank_of.__getitem__)
         comm = group_comm if len(members) > 1 else None
-        averager, line = make_averager(cfg.learner.allreduce, comm, f"group {group}")
+        store = os.path.join(run_dir, f"allreduce-{group}.store")
+        averager, line = make_averager(cfg.learner.allreduce, comm, f"group {group}", device, store)
         if line and members[0] == name:
             print(line, flush=True)
         target = group_target(cfg, group_spec, seed, device, servers)

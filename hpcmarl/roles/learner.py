@@ -518,6 +518,12 @@ class Learner(Role):
     def updates(self) -> int:
         return sum(t.updates for t in self.trainers.values())
 
+    def close(self) -> None:
+        """Also release each group's averager (torch.distributed's process group)."""
+        super().close()
+        for trainer in self.trainers.values():
+            trainer.averager.close()
+
 
 def items_in(batch: dict[str, np.ndarray]) -> int:
     """How many items a batch holds (every column has one row per item)."""

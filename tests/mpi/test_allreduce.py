@@ -1,11 +1,13 @@
-"""Learner collectives under real mpirun: MPI and Horovod against a one-process reference.
+"""Learner collectives under real mpirun: MPI, Horovod and torch.distributed (gloo here; NCCL
+needs GPUs) against a one-process reference.
 
 One 6-rank run per backend holds a bystander rank and two independent learner groups (2 and 3
 learners); see scripts/allreduce_check.py for what each member checks. The MPI run also lets
 the second group ask for `auto` with Horovod unavailable, to see the fallback and its line.
 Horovod runs are skipped, with the reason, where Horovod does not import. The end-to-end runs
 of test_train.py keep the job's `learner.allreduce` (`mpi` by default), so they never train
-with Horovod; one short CartPole run here does, with two learners of one group.
+with Horovod or torch; one short CartPole run per backend here does, with two learners of one
+group.
 """
 
 from __future__ import annotations
@@ -49,6 +51,14 @@ def horovod_run() -> subprocess.CompletedProcess:
     return run_mpi(RANKS, [*SCRIPT, "horovod,auto", "horovod"], timeout=240)
 
 
+@pytest.fixture(scope="module")
+def torch_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess:
+    store_dir = tmp_path_factory.mktemp("stores")
+    result = run_mpi(RANKS, [*SCRIPT, "torch,torch", "torch", str(store_dir)], timeout=240)
+    result.stdout += f"\nstores left: {sorted(p.name for p in store_dir.iterdir())}"
+    return result
+
+
 @pytest.mark.mpi
 def test_mpi_backend_matches_reference_with_2_and_3_learners(
     mpi_run: subprocess.CompletedProcess,
@@ -77,8 +87,20 @@ def test_horovod_backend_matches_reference_with_2_and_3_learners(
     assert "learners of policy p1 average gradients with horovod (3 ranks)" in out  # auto
 
 
-HOROVOD_CARTPOLE = [
-    "learner.allreduce=horovod",
+@pytest.mark.mpi
+def test_torch_backend_matches_reference_with_2_and_3_learners(
+    torch_run: subprocess.CompletedProcess,
+) -> None:
+    """gloo on the CPU, through a file store in which a stale store was left first; the
+    process group is destroyed at close, and the last member to leave removes the store."""
+    check_all_ok(torch_run, "torch")
+    out = torch_run.stdout
+    assert "learners of policy p0 average gradients with torch (gloo, 2 ranks)" in out
+    assert "learners of policy p1 average gradients with torch (gloo, 3 ranks)" in out
+    assert out.endswith("stores left: []"), out[-300:]
+
+
+CARTPOLE = [
     "learner.drift_check_interval=1",  # the learners compare weight digests after every update
     "learner.updates_per_task=20",
     "topology.learners=2",
@@ -95,17 +117,24 @@ HOROVOD_CARTPOLE = [
 
 
 @pytest.mark.mpi
-def test_cartpole_trains_with_horovod_and_its_two_learners_stay_equal(tmp_path: Path) -> None:
-    """`learner.allreduce=horovod` end to end, under real mpirun: the group says it averages
-    with Horovod, both learners apply the same updates (a digest mismatch after any of them
+@pytest.mark.parametrize(
+    ("backend", "line"),
+    [("horovod", "with horovod (2 ranks)"), ("torch", "with torch (gloo, 2 ranks)")],
+)
+def test_cartpole_trains_and_its_two_learners_stay_equal(
+    backend: str, line: str, tmp_path: Path
+) -> None:
+    """`learner.allreduce=horovod` and `torch` end to end, under real mpirun: the group says
+    how it averages, both learners apply the same updates (a digest mismatch after any of them
     would stop the job), and the final checkpoint holds the same update count, weights and
-    optimizer state on both."""
-    if HOROVOD_MISSING is not None:
+    optimizer state on both. torch's file store in the run directory is gone at the end."""
+    if backend == "horovod" and HOROVOD_MISSING is not None:
         pytest.skip(f"{HOROVOD_MISSING}; `bash tools/install_horovod.sh` builds it")
-    args = ["-m", "hpcmarl", *HOROVOD_CARTPOLE, f"runtime.run_dir={tmp_path}"]
-    result = run_mpi(5, args, timeout=300)
+    args = ["-m", "hpcmarl", *CARTPOLE, f"learner.allreduce={backend}"]
+    result = run_mpi(5, [*args, f"runtime.run_dir={tmp_path}"], timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "average gradients with horovod (2 ranks)" in result.stdout, result.stdout[-3000:]
+    assert f"average gradients {line}" in result.stdout, result.stdout[-3000:]
+    assert not list(tmp_path.glob("*.store"))
     assert "finished: wall-time limit reached" in result.stdout, result.stdout[-3000:]
     checkpoint, _ = latest_checkpoint(tmp_path)
     assert checkpoint is not None

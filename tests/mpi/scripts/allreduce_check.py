@@ -1,18 +1,20 @@
 """The learner collectives of one backend against a single-process reference.
 
-Usage: allreduce_check.py KIND[,KIND] EXPECTED_BACKEND, on 6 ranks. Rank 0 stands by, as a
-commander would: it is in no learner group and must never start Horovod. Ranks 1-2 and 3-5 form
-two independent groups (of 2 and 3 learners, the first and second KIND) and check, in order:
-the broadcast of the root's weights, gradients averaged within 1e-6 of the mean computed in one
-process, 100 DQN updates on fixed per-rank batches ending bit-identical across the group (a
-one-process run is no bitwise reference: Adam turns last-bit differences of the summation order
-into visible ones within 100 steps), the drift report naming a perturbed learner, averages
-with one member late that the others poll for instead of blocking, and the same three with real
-`Learner` roles (see allreduce_learners.py). Prints `<rank>: ok`.
+Usage: allreduce_check.py KIND[,KIND] EXPECTED_BACKEND [STORE_DIR], on 6 ranks. Rank 0 stands by, as
+a commander would: it is in no learner group and must never start Horovod. Ranks 1-2 and 3-5 form
+two independent groups (of 2 and 3 learners, the first and second KIND) and check, in order: the
+broadcast of the root's weights, gradients averaged within 1e-6 of the mean computed in one process,
+100 DQN updates on fixed per-rank batches ending bit-identical across the group (a one-process run
+is no bitwise reference: Adam turns last-bit differences of the summation order into visible ones
+within 100 steps), the drift report naming a perturbed learner, averages with one member late that
+the others poll for instead of blocking, and the same three with real `Learner` roles (see
+allreduce_learners.py). The torch backend meets in STORE_DIR, where a stale store of an earlier run
+is left first, and its process group must be gone after `close`. Prints `<rank>: ok`.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -125,6 +127,23 @@ def group_of(rank: int) -> int | None:
     return None if rank == 0 else (0 if rank <= 2 else 1)
 
 
+def stale_store(sub: MPI.Comm, group: int) -> str:
+    """The group's store path, with an earlier run's store left there (rank 0 of the group)."""
+    path = os.path.join(sys.argv[3] if len(sys.argv) > 3 else ".", f"p{group}.store")
+    if sub.rank == 0:
+        with open(path, "wb") as f:
+            f.write(os.urandom(64))
+    return path
+
+
+def check_closed(av: SoloAverager) -> None:
+    av.close()
+    if av.backend == "torch":
+        import torch.distributed as dist
+
+        assert not dist.is_initialized(), "close left the torch process group running"
+
+
 def main() -> None:
     kinds, expected = sys.argv[1].split(","), sys.argv[2]
     world = MPI.COMM_WORLD
@@ -137,7 +156,7 @@ def main() -> None:
         print(f"{world.rank}: ok (stood by)", flush=True)
         return
     kind = kinds[group % len(kinds)]
-    av, line = make_averager(kind, sub, f"p{group}")
+    av, line = make_averager(kind, sub, f"p{group}", store=stale_store(sub, group))
     if sub.rank == 0:
         print(line, flush=True)
     assert av.backend == expected, f"{kind} chose {av.backend}, expected {expected}"
@@ -149,6 +168,7 @@ def main() -> None:
     check_learners(av, members, batch(sub.rank))
     if expected == "mpi" and kind == "auto":
         check_forced_horovod_refused(sub)
+    check_closed(av)
     world.Barrier()
     print(f"{world.rank}: ok backend={av.backend} learners={sub.size}", flush=True)
 
