@@ -1,7 +1,8 @@
 """Gradient averaging through hpcmarl's averagers against a raw `MPI.COMM_WORLD.Allreduce`.
 
 Run under mpirun, e.g. `bash tools/mpirun.sh -n 2 .venv/bin/python tools/bench_allreduce.py`.
-For each backend (mpi; horovod where it imports) and each size (the default job's DQN gradient,
+For each backend (mpi; torch, with gloo on the CPU or NCCL with `--device cuda`; horovod where it
+imports) and each size (the default job's DQN gradient,
 4 inputs, [256, 256], 2 outputs; and a 10M-parameter buffer), times `averager.average(grad)`
 and a raw `Allreduce` of the same bytes, interleaved in the same run, each op started together
 after a barrier and timed by its slowest rank. Prints a table, then as its last line one JSON
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -56,17 +58,29 @@ def measure(averager: SoloAverager, n: int, reps: int) -> tuple[float, float]:
     return float(np.median(slowest[0])), float(np.median(slowest[1]))
 
 
-def run(backends: list[str], reps_small: int, reps_large: int) -> list[tuple]:
-    """Rows of (backend, buffer, floats, hpcmarl s, raw s), MPI first: Horovod cannot be stopped
-    and restarted, and its background thread slows every MPI call of the process once started."""
+def run(backends: list[str], reps_small: int, reps_large: int, device: str) -> list[tuple]:
+    """Rows of (backend, buffer, floats, hpcmarl s, raw s), Horovod last: it cannot be stopped
+    and restarted, and its background thread slows every MPI call of the process once started.
+    torch's file store goes in a folder of rank 0's, on this host (one host only)."""
     group = MPI.COMM_WORLD.Split(0, MPI.COMM_WORLD.rank)  # a learner group spanning every rank
+    folder = group.bcast(tempfile.mkdtemp(prefix="bench_allreduce") if group.rank == 0 else None)
     rows = []
     for backend in backends:
-        averager, _ = make_averager(backend, group, f"bench{backend}")
+        store = os.path.join(folder, f"{backend}.store")
+        averager, line = make_averager(backend, group, f"bench{backend}", device, store)
         for label, n in sizes().items():
             ours, raw = measure(averager, n, reps_small if n < 1_000_000 else reps_large)
-            rows.append((backend, label, n, ours, raw))
+            rows.append((backend + library(line), label, n, ours, raw))
+        averager.close()
+    group.Barrier()
+    if group.rank == 0:
+        os.rmdir(folder)
     return rows
+
+
+def library(line: str) -> str:
+    """`/gloo` or `/nccl` for the torch backend, from its announcement; else nothing."""
+    return "/" + line.split("(")[-1].split(",")[0] if "with torch (" in line else ""
 
 
 def report(rows: list[tuple]) -> dict[str, float]:
@@ -75,16 +89,16 @@ def report(rows: list[tuple]) -> dict[str, float]:
     quiet = {label: raw for backend, label, _, _, raw in rows if backend == "mpi"}
     summary: dict[str, float] = {"ranks": MPI.COMM_WORLD.size}
     print(f"allreduce benchmark, {MPI.COMM_WORLD.size} ranks (median of timed ops, slowest rank)")
-    print(f"{'backend':<8} {'buffer':<6} {'floats':>10} {'hpcmarl ms':>11} {'raw ms':>9}  ratio")
+    print(f"{'backend':<10} {'buffer':<6} {'floats':>10} {'hpcmarl ms':>11} {'raw ms':>9}  ratio")
     for backend, label, n, ours, raw in rows:
-        summary[f"{backend}_{label}_ratio"] = round(raw / ours, 3)
+        summary[f"{backend.replace('/', '_')}_{label}_ratio"] = round(raw / ours, 3)
         times = f"{ours * 1e3:>11.3f} {raw * 1e3:>9.3f}"
-        line = f"{backend:<8} {label:<6} {n:>10,} {times}  {raw / ours:.2f}"
+        line = f"{backend:<10} {label:<6} {n:>10,} {times}  {raw / ours:.2f}"
         if backend == "horovod":
             summary[f"horovod_{label}_quiet_ratio"] = round(quiet[label] / ours, 3)
             line += f"  (vs raw before horovod started: {quiet[label] / ours:.2f})"
         print(line)
-    if all(backend == "mpi" for backend, *_ in rows):
+    if all(backend != "horovod" for backend, *_ in rows):
         print(f"horovod not measured: {unavailable_reason()}")
     else:
         cycle = os.environ.get("HOROVOD_CYCLE_TIME", "1 (default)")
@@ -96,9 +110,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps-small", type=int, default=300, help="timed ops, DQN buffer")
     parser.add_argument("--reps-large", type=int, default=15, help="timed ops, 10M buffer")
+    parser.add_argument(
+        "--device", default="cpu", help="cuda: torch's rows average with NCCL, a GPU per rank"
+    )
     args = parser.parse_args()
-    backends = ["mpi"] + (["horovod"] if unavailable_reason() is None else [])
-    rows = run(backends, args.reps_small, args.reps_large)
+    if args.device == "cuda":
+        import torch
+
+        args.device = f"cuda:{MPI.COMM_WORLD.rank % torch.cuda.device_count()}"
+    backends = ["mpi", "torch"] + (["horovod"] if unavailable_reason() is None else [])
+    rows = run(backends, args.reps_small, args.reps_large, args.device)
     if MPI.COMM_WORLD.rank == 0:
         print(json.dumps(report(rows)), flush=True)
 
