@@ -20,7 +20,8 @@ class Rule:
     """An allowed-value check on one key, with the words that explain it to the user.
 
     `advice` completes "set KEY to ..."; `{noun}` / `{a_noun}` become "integer" / "an integer"
-    or "number" / "a number" after the key's type.
+    or "number" / "a number" after the key's type. `bounds` are the numbers the text names, so
+    that a test can try every key at its limits (`tests/unit/test_bounds.py`).
     """
 
     ok: Callable[[Any], bool]
@@ -28,6 +29,7 @@ class Rule:
     advice: str
     problem: str = "is out of range"
     example: bool = True
+    bounds: tuple[float, ...] = ()
 
     def fix(self, path: str, noun: str, example: Any) -> str:
         article = "an" if noun[0] in "aeiou" else "a"
@@ -37,12 +39,12 @@ class Rule:
 
 def above(lo: float) -> Rule:
     advice = "a positive {noun}" if lo == 0 else "{a_noun} above " + str(lo)
-    return Rule(lambda v: v > lo, f"must be > {lo}", advice)
+    return Rule(lambda v: v > lo, f"must be > {lo}", advice, bounds=(lo,))
 
 
 def at_least(lo: float) -> Rule:
     advice = "a non-negative {noun}" if lo == 0 else "{a_noun} of at least " + str(lo)
-    return Rule(lambda v: v >= lo, f"must be >= {lo}", advice)
+    return Rule(lambda v: v >= lo, f"must be >= {lo}", advice, bounds=(lo,))
 
 
 def within(lo: float, hi: float, open_low: bool = False) -> Rule:
@@ -51,6 +53,7 @@ def within(lo: float, hi: float, open_low: bool = False) -> Rule:
         lambda v: low.ok(v) and v <= hi,
         f"{low.text} and <= {hi}",
         f"{{a_noun}} in {left}{lo}, {hi}]",
+        bounds=(lo, hi),
     )
 
 
@@ -108,7 +111,10 @@ GROUPS = Rule(
     example=False,
 )
 WIDTHS = Rule(
-    lambda v: all(w >= 1 for w in v), "every width must be >= 1", "a list of positive integers"
+    lambda v: all(w >= 1 for w in v),
+    "every width must be >= 1",
+    "a list of positive integers",
+    bounds=(1,),
 )
 
 RULES: dict[str, Rule] = {
@@ -188,7 +194,10 @@ RULES: dict[str, Rule] = {
     "commander.eval_interval_s": above(0),
     "commander.eval_episodes": at_least(1),
     "commander.eval_max_episode_steps": Rule(
-        lambda v: v is None or v >= 1, "must be >= 1 or null", "a positive integer or null"
+        lambda v: v is None or v >= 1,
+        "must be >= 1 or null",
+        "a positive integer or null",
+        bounds=(1,),
     ),
     "commander.stop_evals": at_least(1),
     "commander.collector_task_space": at_least(0),
@@ -197,7 +206,10 @@ RULES: dict[str, Rule] = {
     "topology.replay_shards": at_least(1),
     "topology.learners": at_least(1),
     "topology.collectors": Rule(
-        lambda v: v == "auto" or v >= 1, 'must be "auto" or >= 1', "auto or an integer >= 1"
+        lambda v: v == "auto" or v >= 1,
+        'must be "auto" or >= 1',
+        "auto or an integer >= 1",
+        bounds=(1,),
     ),
     "commander.max_updates": at_least(0),
     "commander.eval_every_rounds": at_least(1),
@@ -206,11 +218,19 @@ RULES: dict[str, Rule] = {
     "checkpoint.interval_s": at_least(0),
     "checkpoint.every_updates": at_least(0),
     "checkpoint.keep": at_least(1),
-    "checkpoint.timeout_s": above(0),
+    "checkpoint.timeout_s": Rule(
+        lambda v: v >= 10,
+        "must be >= 10 (a healthy job's checkpoint waits seconds for the tasks in flight)",
+        "{a_noun} of at least 10",
+        bounds=(10,),
+    ),
     "runtime.heartbeat_interval_s": above(0),
     "runtime.heartbeat_timeout_s": above(0),
     "runtime.stall_timeout_s": Rule(
-        lambda v: v is None or v > 0, "must be > 0 or null", "a positive number or null"
+        lambda v: v is None or v >= 30,
+        "must be >= 30 or null (a large job makes no env step for tens of seconds as it starts)",
+        "null or a number of at least 30",
+        bounds=(30,),
     ),
     "runtime.torch_threads": at_least(1),
     "runtime.idle_sleep_max_s": at_least(0),
@@ -222,7 +242,10 @@ RULES: dict[str, Rule] = {
     "psro.meta_solver": one_of("nash", "uniform", "prd"),
     "psro.eval_episodes": at_least(2),
     "psro.stop_exploitability": Rule(
-        lambda v: v is None or v >= 0, "must be >= 0 or null", "a non-negative number or null"
+        lambda v: v is None or v >= 0,
+        "must be >= 0 or null",
+        "a non-negative number or null",
+        bounds=(0,),
     ),
 }
 

@@ -207,7 +207,8 @@ class CheckpointConfig:
     at_end: bool = True
     """Write a checkpoint when the run ends (stop value, step budget, wall-time limit)."""
     timeout_s: float = 120.0
-    """Seconds the commander waits for every role to write its part before failing the run."""
+    """Seconds the commander waits for every role to write its part before failing the run
+    (at least 10: the cut itself waits for the tasks in flight to end)."""
 
 
 @dataclass
@@ -304,7 +305,9 @@ class RuntimeConfig:
     stall_timeout_s: float | None = 300.0
     """A run whose env steps and learner updates both stay still this long (every role alive,
     but each waiting on another) fails with what waits on what: the tasks running, the roles
-    waiting for one, and what each replay shard's limiters refuse; null disables it."""
+    waiting for one, and what each replay shard's limiters refuse; null disables it. At least
+    30: the commander sees env steps as tasks end, and a large job starting makes none for a
+    while."""
 
 
 @dataclass
