@@ -171,12 +171,34 @@ def write_tree_atomic(
     the file it expects, and `attrs` (str, bool, int64 or float values) become plain root
     attributes that h5dump shows as they are."""
     final = Path(path)
-    with atomic_path(final) as tmp, h5py.File(tmp, "w-") as f:
-        _stamp(f, kind)
-        for name, value in (attrs or {}).items():
-            f.attrs[name] = _checked_attr(name, value)
-        _write_group(f, tree, "/")
+    with atomic_path(final) as tmp:
+        f = h5py.File(tmp, "w-", rdcc_nbytes=0)  # chunks written now: see _close_after_failure
+        try:
+            _stamp(f, kind)
+            for name, value in (attrs or {}).items():
+                f.attrs[name] = _checked_attr(name, value)
+            _write_group(f, tree, "/")
+            f.close()
+        except BaseException:
+            _close_after_failure(tmp, f)
+            raise
     return FileRecord(final.name, final.stat().st_size, sha256_of(final))
+
+
+def _close_after_failure(tmp: Path, f: h5py.File) -> None:
+    """Free the blocks of a write that failed (a full disk, most often), then close the file.
+
+    Closing flushes what HDF5 still holds; into a disk that is still full, that fails again,
+    and h5py's finalizers print a traceback for every object left open. Emptied first, the
+    file has room for those last writes; it is removed anyway."""
+    try:
+        os.truncate(tmp, 0)
+    except OSError:
+        pass
+    try:
+        f.close()
+    except Exception:  # noqa: BLE001 - the first error is the one that counts
+        pass
 
 
 def _stamp(group: h5py.Group, hpcmarl_type: str) -> None:

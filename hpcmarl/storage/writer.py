@@ -96,6 +96,14 @@ def disk_full(run_dir: str | Path, ckpt_id: str, role: str, nbytes: int) -> Disk
     )
 
 
+def is_disk_full(err: BaseException) -> bool:
+    """ENOSPC, as the OS raises it or as HDF5 words it inside h5py's RuntimeError ("file write
+    failed: ... errno = 28, error message = 'No space left on device'")."""
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        return True
+    return isinstance(err, RuntimeError | OSError) and f"errno = {errno.ENOSPC}," in str(err)
+
+
 def check_room(run_dir: str | Path, ckpt_id: str, role: str, nbytes: int) -> None:
     """Refuse a write that cannot fit before HDF5 starts it: HDF5 meets a full disk only when it
     flushes or closes, and h5py's finalizers then print tracebacks of their own."""
@@ -129,11 +137,13 @@ class CheckpointWriter:
             time.sleep(self.delay_s)  # only where a test asks (testing.faults.write_delay)
             check_room(run_dir, self.ckpt_id, self.role, self.nbytes)
             self._record = write_role_state(run_dir, self.ckpt_id, self.role, tree)
-        except OSError as err:  # handed to the role's own loop by result()
-            full = err.errno == errno.ENOSPC and not isinstance(err, DiskFullError)
-            self._error = disk_full(run_dir, self.ckpt_id, self.role, self.nbytes) if full else err
+        except DiskFullError as err:  # handed to the role's own loop by result()
+            self._error = err
         except BaseException as err:
             self._error = err
+            if is_disk_full(err):  # the one line; HDF5's own words stay in the traceback file
+                self._error = disk_full(run_dir, self.ckpt_id, self.role, self.nbytes)
+                self._error.__cause__ = err
         self.seconds = time.monotonic() - self.started
 
     def done(self) -> bool:
