@@ -64,14 +64,14 @@ relay_stop() {
 relay_as_is() { kill -"$1" "$pid" 2>/dev/null || true; }
 
 # mpirun's stderr through the watch (above), with the rank map beside its report; no watch
-# where there is no python or no FIFO can be made: then mpirun writes to stderr directly.
+# where there is no python, no temporary folder or no FIFO: then mpirun writes to stderr.
 python="$venv/bin/python"
 [ -x "$python" ] || python=$(command -v python3 || true)
-watch_dir=$(mktemp -d "${TMPDIR:-/tmp}/hpcmarl-mpirun.XXXXXXXX")
-export HPCMARL_RANK_MAP="$watch_dir/ranks"
+watch_dir=$(mktemp -d "${TMPDIR:-/tmp}/hpcmarl-mpirun.XXXXXXXX" 2>/dev/null || true)
 stderr_fifo=""
-if [ -n "$python" ] && mkfifo "$watch_dir/stderr" 2>/dev/null; then
+if [ -n "$python" ] && [ -n "$watch_dir" ] && mkfifo "$watch_dir/stderr" 2>/dev/null; then
   stderr_fifo="$watch_dir/stderr"
+  export HPCMARL_RANK_MAP="$watch_dir/ranks"
 fi
 stdin_is_tty=false
 [ ! -t 0 ] || stdin_is_tty=true
@@ -96,7 +96,7 @@ report_lost_rank() {
 
 finish() {
   [ -z "$own_signal_file" ] || rm -f "$own_signal_file" "$own_signal_file.tmp"
-  rm -rf "$watch_dir"
+  [ -z "$watch_dir" ] || rm -rf "$watch_dir"
 }
 
 relay_at=""
