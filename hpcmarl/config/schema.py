@@ -167,7 +167,10 @@ class CommanderConfig:
     max_env_steps: int = 300_000
     """Step budget: stop after this many environment steps (all collectors together)."""
     max_wall_time_s: float = 0.0
-    """Stop after this many seconds of training; 0 means no wall-time limit."""
+    """Stop after this many seconds of training; 0 means no wall-time limit. Time the whole job
+    spent suspended (`scontrol suspend`, Ctrl-Z: a standstill of the commander's loop of half
+    of `runtime.heartbeat_timeout_s` or more, without its CPU time going on) does not count,
+    as a Slurm job's time limit leaves it out too; a busy or starved rank 0 does count."""
     max_updates: int = 0
     """Stop after this many learner updates (summed over learners); 0 means no limit."""
     eval_interval_s: float = 5.0

@@ -213,7 +213,8 @@ class Commander(Role):
         the clocks that time the others restart instead of ending a healthy job, and peers
         that resume a moment after this rank get a full heartbeat timeout. A gap of half
         the timeout counts; a rank 0 held up that long by its own work (CPU time went on)
-        restarts them too, as the roles it hosts could not send either."""
+        restarts them too, as the roles it hosts could not send either. Only a suspension
+        leaves the run's elapsed time, which `commander.max_wall_time_s` limits."""
         now, cpu = time.monotonic(), time.process_time()
         last, self.last_loop = self.last_loop, (now, cpu)
         if last is None or now - last[0] < self.cfg.runtime.heartbeat_timeout_s / 2:
@@ -224,8 +225,12 @@ class Commander(Role):
         self.phase_started += gap
         if self.checkpoints.cut is not None:
             self.checkpoints.cut.started += gap
-        what = "the job was suspended" if cpu - last[1] < gap / 2 else "rank 0 was busy"
-        self.sink.say(f"hpcmarl: {what} for {gap:.0f} s; heartbeat clocks restarted")
+        suspended = cpu - last[1] < gap / 2
+        if suspended:  # not training: commander.max_wall_time_s does not count it
+            self.stats.start += gap
+        what = "the job was suspended" if suspended else "rank 0 was busy"
+        paused = ", wall time paused" if suspended else ""
+        self.sink.say(f"hpcmarl: {what} for {gap:.0f} s; heartbeat clocks restarted{paused}")
 
     def check_heartbeats(self) -> None:
         """Abort, naming them, when roles went silent: a hung rank must not burn the
