@@ -35,7 +35,6 @@ from ..items.writers import ItemWriter, make_writer
 from ..metrics import MetricsSink
 from ..population import Population, server_for
 from ..psro.checks import check_psro_job
-from ..replay.compact import StorageForm
 from ..replay.compact_items import COMPACT_KINDS
 from ..replay.offline import load_share
 from ..roles.collector import Collector
@@ -43,6 +42,7 @@ from ..roles.commander import Commander
 from ..roles.learner import GroupTrainer, Learner, Target
 from ..roles.param_server import ParameterServer
 from ..roles.replay_shard import ReplayShard
+from .plan import Routes, Wiring, compact_runs, group_members, resolve_wiring, storage_form
 from .topology import Topology
 
 
@@ -155,18 +155,6 @@ def time_limit_line(cfg: JobConfig, spec: EnvSpec) -> str:
     )
 
 
-def storage_form(cfg: JobConfig) -> StorageForm:
-    """How the job's replay tables store their items (MALib's producer options)."""
-    return StorageForm(stack_num=cfg.replay.stack_num, ignore_obs_next=cfg.replay.ignore_obs_next)
-
-
-def compact_runs(cfg: JobConfig) -> bool:
-    """Whether tables store compact transition rows, which are rebuilt from the other rows of
-    their run: then each collector feeds one home shard. Compact episodes and sequences
-    rebuild themselves and go to any shard."""
-    return storage_form(cfg).compact and registry.decl_of(cfg.learner.algo).items == "transition"
-
-
 def frame_stack_of(cfg: JobConfig) -> int:
     """Frames the env copies stack for acting: `replay.stack_num`, unless the env stacks its
     own (`replay.save_only_last_obs`)."""
@@ -228,12 +216,6 @@ def check_storage_topology(cfg: JobConfig, topology: Topology) -> None:
             f"replay shard, and {len(shards)} shards outnumber {len(collectors)} collectors",
             f"set topology.replay_shards to at most {len(collectors)}, or add collectors",
         )
-
-
-def home_shard(topology: Topology, collector: str) -> str:
-    """The one shard a collector feeds when its tables are compact."""
-    shards = topology.names("replay_shard")
-    return shards[topology.names("collector").index(collector) % len(shards)]
 
 
 def check_items(cfg: JobConfig, spec: EnvSpec) -> None:
@@ -326,11 +308,14 @@ def build_roles(
     transport: LocalTransport,
     group_comm: Any,
     run_dir: str,
+    wiring: Wiring | None = None,
 ) -> list[Role]:
-    """Every role hosted on this transport's rank, constructed in the topology's order."""
+    """Every role hosted on this transport's rank, constructed in the topology's order, each
+    with its routes from the job's one wiring (resolved here when not given)."""
+    wiring = wiring or resolve_wiring(cfg, topology)
     roles: list[Role] = []
     for name in topology.roles_on(transport.rank):
-        kind = topology.kind_of[name]
+        kind, routes = topology.kind_of[name], wiring[name]
         if kind == "commander":
             x_axis = "updates" if cfg.offline.dataset else "env_steps"
             sink = MetricsSink(run_dir, agents=spec.agents, x_axis=x_axis)
@@ -340,20 +325,29 @@ def build_roles(
         elif kind == "param_server":
             roles.append(ParameterServer(name, transport))
         elif kind == "replay_shard":
-            roles.append(build_replay_shard(cfg, spec, topology, transport, name))
+            roles.append(build_replay_shard(cfg, spec, topology, transport, name, routes=routes))
         elif kind == "learner":
             roles.append(
-                build_learner(cfg, spec, topology, transport, group_comm, name, run_dir)
+                build_learner(
+                    cfg, spec, topology, transport, group_comm, name, run_dir, routes=routes
+                )
             )
         else:
-            roles.append(build_collector(cfg, spec, topology, transport, name))
+            roles.append(build_collector(cfg, spec, topology, transport, name, routes=routes))
     return roles
 
 
 def build_replay_shard(
-    cfg: JobConfig, spec: EnvSpec, topology: Topology, transport: LocalTransport, name: str
+    cfg: JobConfig,
+    spec: EnvSpec,
+    topology: Topology,
+    transport: LocalTransport,
+    name: str,
+    routes: Routes | None = None,
 ) -> ReplayShard:
-    """A shard fed by every collector, or offline by its share of the dataset."""
+    """A shard fed by the collectors its routes name, or offline by its share of the dataset.
+    (`routes` None: resolved for this shard alone, as tests and tools build one role.)"""
+    routes = routes or resolve_wiring(cfg, topology)[name]
     shards = topology.names("replay_shard")
     dataset = None
     if cfg.offline.dataset:
@@ -366,15 +360,12 @@ def build_replay_shard(
 
     items = item_specs(cfg, spec)
     form = storage_form(cfg)
-    collectors = [] if cfg.offline.dataset else topology.names("collector")
-    if compact_runs(cfg):
-        collectors = [c for c in collectors if home_shard(topology, c) == name]
     return ReplayShard(
         name,
         transport,
         cfg.replay,
         {g: item.replay for g, item in items.items()},
-        collectors,
+        list(routes.collectors),
         role_seed(cfg, topology, name),
         deterministic=cfg.commander.deterministic,
         dataset=dataset,
@@ -391,14 +382,17 @@ def build_learner(
     group_comm: Any,
     name: str,
     run_dir: str,
+    routes: Routes | None = None,
 ) -> Learner:
     """A learner on its host's GPU (round robin over the host's learners) or the CPU, with one
     averager per group.
 
     The group root announces the averaging backend in one line; choosing it is collective over
     the group, which every member reaches here, at start-up. torch.distributed meets in a file
-    of the run directory named after the first group on the communicator.
+    of the run directory named after the first group on the communicator. (`routes` None:
+    resolved for this learner alone, as tests and tools build one role.)
     """
+    routes = routes or resolve_wiring(cfg, topology)[name]
     device = learner_device(cfg.learner.device, topology.learner_slot(name))
     if cfg.commander.deterministic and device.startswith("cuda"):
         make_cuda_deterministic()
@@ -412,11 +406,11 @@ def build_learner(
         group_spec = spec.group_spec(group, cfg.agents.strategy_spec_id)
         # Same seed on every learner of the group: the group starts from identical weights.
         seed = cfg.seed * 7_919 + groups.index(group)
-        members = sorted(topology.learners_of_group[group], key=topology.rank_of.__getitem__)
+        members = group_members(topology, group)
         comm = group_comm if len(members) > 1 else None
         store = os.path.join(run_dir, f"allreduce-{group}.store")
         averager, line = make_averager(cfg.learner.allreduce, comm, f"group {group}", device, store)
-        if line and members[0] == name:
+        if line and group in routes.leads:
             print(line, flush=True)
         target = group_target(cfg, group_spec, seed, device, servers)
         trainers.append(
@@ -426,7 +420,7 @@ def build_learner(
                 items[group],
                 target.specs,
                 averager,
-                pushes_weights=members[0] == name,
+                pushes_weights=group in routes.leads,
                 servers=target.servers,
                 members=members,
                 retarget=retarget_for(cfg, group_spec, seed, device, servers),
@@ -438,7 +432,7 @@ def build_learner(
         transport,
         cfg.learner,
         trainers,
-        learner_shards(cfg, topology, name),
+        list(routes.shards),
         sequential=cfg.commander.deterministic,
     )
 
@@ -465,30 +459,18 @@ def retarget_for(
     return retarget
 
 
-def learner_shards(cfg: JobConfig, topology: Topology, name: str) -> list[str]:
-    """Every shard (on-policy learners take what the commander assigns them, from any shard).
-
-    In deterministic mode, off-policy, the learner's share of them: member j of a group of n
-    learners samples shards j, j + n, ... in turn (`Learner.request_samples`). So no two
-    learners of a group sample one shard, where their requests and priority updates would
-    interleave in an order timing decides, and together they sample every shard, as
-    collectors deal each group's items over every shard. (A group of more learners than
-    shards shares them out: member j samples shard j mod S.)"""
-    shards = topology.names("replay_shard")
-    on_policy = registry.decl_of(cfg.learner.algo).on_policy
-    if not cfg.commander.deterministic or on_policy:
-        return shards
-    group = next(g for g in topology.learners_of_group.values() if name in g)
-    members = sorted(group, key=topology.rank_of.__getitem__)
-    j, n = members.index(name), len(members)
-    return shards[j::n] if n < len(shards) else [shards[j % len(shards)]]
-
-
 def build_collector(
-    cfg: JobConfig, spec: EnvSpec, topology: Topology, transport: LocalTransport, name: str
+    cfg: JobConfig,
+    spec: EnvSpec,
+    topology: Topology,
+    transport: LocalTransport,
+    name: str,
+    routes: Routes | None = None,
 ) -> Collector:
+    """A collector feeding the shards its routes name and pulling from their servers.
+    (`routes` None: resolved for this collector alone, as tests and tools build one role.)"""
+    routes = routes or resolve_wiring(cfg, topology)[name]
     seed = role_seed(cfg, topology, name)
-    shards = topology.names("replay_shard")
     items = item_specs(cfg, spec)
     with_state = any("state" in i.names for i in items.values())
     frame_stack = frame_stack_of(cfg)
@@ -526,8 +508,8 @@ def build_collector(
         transport,
         env,
         writers,
-        [home_shard(topology, name)] if compact_runs(cfg) else shards,
-        topology.names("param_server"),
+        list(routes.shards),
+        list(routes.servers),
         cfg.collector.weight_sync_fragments,
         seed,
         make_eval_env,

@@ -8,6 +8,7 @@ An exception on any rank prints one line naming rank, role and cause, then abort
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -40,6 +41,7 @@ from .hosts import check_cuda_hosts, check_hosts, dataset_readers
 from .lost_rank import write_rank_map
 from .memory import Node, check_memory, gather_nodes, storage_line
 from .output import check_streams_writable
+from .plan import Wiring, resolve_wiring
 from .preflight import (
     check_allreduce,
     claim_run_dir,
@@ -79,6 +81,12 @@ class Plan:
     made_dirs: tuple[str, ...] = ()
     """The directories rank 0 made for the run directory, deepest first: removed again when
     another host refuses it (`hosts.check_hosts`), so that a refused job leaves nothing."""
+
+    @functools.cached_property
+    def wiring(self) -> Wiring:
+        """Every role instance's routes, resolved once: the roles are built from them and the
+        printed wiring lists them."""
+        return resolve_wiring(self.cfg, self.topology)
 
 
 def run_job(job_path: str | None, overrides: list[str]) -> int:
@@ -196,9 +204,11 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
             if rank == 0:
                 print(stopped, file=sys.stderr, flush=True)
             return EXIT_CHECKPOINTED
-        roles = build_roles(plan.cfg, plan.spec, plan.topology, transport, group_comm, plan.run_dir)
+        roles = build_roles(
+            plan.cfg, plan.spec, plan.topology, transport, group_comm, plan.run_dir, plan.wiring
+        )
         if rank == 0:
-            print(plan.topology.format(), flush=True)
+            print(plan.topology.format(plan.wiring.lines()), flush=True)
         if plan.resume_id is not None:
             shards = plan.topology.names("replay_shard")
             restore_roles(

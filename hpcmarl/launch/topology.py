@@ -76,9 +76,10 @@ class Topology:
         ranks = [self.rank_of[learner] for learner in self.names("learner")]
         return host_slots(self.hosts, ranks)[self.rank_of[name]]
 
-    def format(self) -> str:
+    def format(self, routes: Sequence[str] = ()) -> str:
         """The wiring printed at start: each rank's roles, one line per host naming its ranks
-        and roles (when the hosts are known), then groups, routes and messages."""
+        and roles (when the hosts are known), then groups, the routes (`plan.Wiring.lines`)
+        and messages."""
         lines = [f"hpcmarl: topology for {self.world_size} rank(s)"]
         for rank in range(self.world_size):
             lines.append(f"  rank {rank:>3}: {', '.join(self.roles_on(rank)) or '(idle)'}")
@@ -86,12 +87,7 @@ class Topology:
         for group, policies in self.groups.items():
             learners = ", ".join(self.learners_of_group[group])
             lines.append(f"  group {group} (policies {', '.join(policies)}): trained by {learners}")
-        lines.append(
-            "  routes: collectors -> every replay shard (batches, a round robin per group), "
-            "learners <- every replay shard (samples), learners -> param servers, "
-            "collectors <- param servers (a key's server is a hash of the key), "
-            "every role -> commander"
-        )
+        lines += ["  routes:"] * bool(routes) + [f"    {route}" for route in routes]
         lines.append("  messages:\n" + format_table())
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)

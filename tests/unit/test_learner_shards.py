@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from hpcmarl.config.loader import load_job
-from hpcmarl.launch.build import learner_shards, probe_env
+from hpcmarl.launch.build import probe_env
+from hpcmarl.launch.plan import learner_shards
 from hpcmarl.launch.topology import build_topology
 
 
