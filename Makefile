@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 RANKS ?= 16
 
-.PHONY: setup run test test-mpich lint
+.PHONY: setup run test test-site-mpi test-mpich lint
 
 setup:
 	@bash tools/setup.sh
@@ -15,12 +15,27 @@ test: setup
 	@bash tools/setup_tests.sh
 	$(PY) -m pytest -q tests
 
-# The failure suite again under MPICH (a second virtualenv, .venv-mpich); an exception in and
-# a kill -9 of the commander and of a collector stand for every role there (Open MPI runs all).
+# The failure suite again under MPICH; an exception in and a kill -9 of the commander and of a
+# collector stand for every role there (Open MPI runs all).
+MPICH_SUITE := tests/faults tests/mpi/test_transport.py \
+	-k "not ((kill_9 or exception_in_any_role) and (ps0 or replay or learner or param_server))"
+
+# CI's: MPICH set up the way a cluster's MPI is (tools/setup.sh --mpi site, into .venv-site):
+# mpi4py compiled by Debian's mpicc.mpich (libmpich-dev, standing in for `module load mpich`)
+# and launched by mpiexec.mpich, both named, since Debian's mpicc and mpirun alternatives may
+# point at an Open MPI that something else installed.
+test-site-mpi:
+	@command -v mpicc.mpich >/dev/null || { \
+		echo "hpcmarl: installing Debian's libmpich-dev (the site MPI of this test)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmpich-dev \
+			>/dev/null; }
+	@MPICC=mpicc.mpich MPIEXEC=mpiexec.mpich bash tools/setup.sh --mpi site
+	.venv-site/bin/python -m pytest -q $(MPICH_SUITE)
+
+# The same under PyPI's mpich wheel (.venv-mpich, tools/setup.sh --mpi mpich); not run by CI.
 test-mpich:
 	@bash tools/setup.sh --mpi mpich
-	.venv-mpich/bin/python -m pytest -q tests/faults tests/mpi/test_transport.py \
-		-k "not ((kill_9 or exception_in_any_role) and (ps0 or replay or learner or param_server))"
+	.venv-mpich/bin/python -m pytest -q $(MPICH_SUITE)
 
 lint: setup
 	.venv/bin/ruff check hpcmarl tests tools
