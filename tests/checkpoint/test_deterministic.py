@@ -88,11 +88,11 @@ next frame (`replay.compact_items`)."""
     ids=["dqn", "mappo", "qmix", "r2d2", "stacked", "compact-sequences"],
 )
 def test_a_resumed_run_equals_an_uninterrupted_one(
-    tmp_path: Path, job: list[str], updates: int
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, job: list[str], updates: int
 ) -> None:
-    whole, halves = tmp_path / "whole", tmp_path / "halves"
+    whole, _ = trained(tmp_path_factory, job, updates)
+    halves = tmp_path / "halves"
     steps = [
-        [*job, f"commander.max_updates={updates}", f"runtime.run_dir={whole}"],
         [*job, f"commander.max_updates={updates // 2}", f"runtime.run_dir={halves}"],
         ["resume", str(halves), f"commander.max_updates={updates}"],
     ]
@@ -100,6 +100,24 @@ def test_a_resumed_run_equals_an_uninterrupted_one(
         result = run_mpi(4, ["-m", "hpcmarl", *args], timeout=300)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert_runs_equal(whole, halves, updates=updates)
+
+
+_TRAINED: dict[tuple[str, ...], tuple[Path, str]] = {}
+
+
+def trained(factory: pytest.TempPathFactory, job: list[str], updates: int) -> tuple[Path, str]:
+    """The run directory and stdout of an uninterrupted deterministic run of `job` to `updates`
+    at -n 4, made once per session: such a run is the same bit for bit every time, so the
+    tests that need the same one (here, and tests/mpi/test_compact_items.py's full QMIX and
+    compact R2D2 runs) read one run instead of training it again. Readers must not change it."""
+    key = (*job, f"commander.max_updates={updates}")
+    if key not in _TRAINED:
+        run_dir = factory.mktemp("deterministic")
+        args = ["-m", "hpcmarl", *key, f"runtime.run_dir={run_dir}"]
+        result = run_mpi(4, args, timeout=300)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        _TRAINED[key] = (run_dir, result.stdout)
+    return _TRAINED[key]
 
 
 def assert_runs_equal(whole: Path, halves: Path, updates: int) -> None:

@@ -16,29 +16,19 @@ import pytest
 
 from hpcmarl.storage.checkpoint import latest_checkpoint
 
-from ..checkpoint.test_deterministic import QMIX, R2D2, rounds
-from .conftest import run_local, run_mpi
+from ..checkpoint.test_deterministic import COMPACT_SEQUENCES, QMIX, R2D2, rounds, trained
+from .conftest import run_local
 
 STACKED_ENV = "env.id=hpcmarl.envs.partial:CartPoleNoVelocityStacked-v1"
 COMPACT = {
-    "r2d2": [
-        *R2D2,
-        STACKED_ENV,
-        "replay.stack_num=4",
-        "replay.save_only_last_obs=true",
-        "replay.ignore_obs_next=true",
-    ],
+    # R2D2's sequences as single frames: the same run as test_deterministic's (read from it).
+    "r2d2": COMPACT_SEQUENCES,
     "qmix": [*QMIX, "replay.ignore_obs_next=true"],
 }
 FULL = {"r2d2": [*R2D2, STACKED_ENV], "qmix": QMIX}
 UPDATES = 60
-
-
-def train(run_dir: Path, job: list[str]) -> str:
-    args = ["-m", "hpcmarl", *job, f"commander.max_updates={UPDATES}", f"runtime.run_dir={run_dir}"]
-    result = run_mpi(4, args, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout
+"""test_deterministic's updates for these jobs: its uninterrupted compact R2D2 and full QMIX
+runs are the ones compared here, trained once per session (`trained`)."""
 
 
 def exported(run_dir: Path, out: Path) -> dict[str, np.ndarray]:
@@ -54,10 +44,11 @@ def exported(run_dir: Path, out: Path) -> dict[str, np.ndarray]:
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("algo", ["r2d2", "qmix"])
-def test_compact_items_train_exactly_as_full_ones(tmp_path: Path, algo: str) -> None:
-    compact, full = tmp_path / "compact", tmp_path / "full"
-    said = train(compact, COMPACT[algo])
-    train(full, FULL[algo])
+def test_compact_items_train_exactly_as_full_ones(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, algo: str
+) -> None:
+    compact, said = trained(tmp_path_factory, COMPACT[algo], UPDATES)
+    full, _ = trained(tmp_path_factory, FULL[algo], UPDATES)
     assert rounds(compact) == rounds(full)
     assert len(rounds(compact)) >= 3 and rounds(compact)[-1]["updates"] == UPDATES
     stored = json.dumps([line for line in said.splitlines() if "replay stores" in line])
