@@ -336,65 +336,77 @@ class CompactTable:
 
     def sample(self, n: int) -> tuple[dict[str, np.ndarray], SampleInfo]:
         """Draw `n` rows as `ReplayTable.sample` does and return them whole."""
-        columns, info = self.table.sample(n)
+        leave = ("observations",) if self.form.ignore_obs_next else ()
+        columns, info = self.table.sample(n, leave)
         return self.rebuild(columns, info.insert_ids), info
 
     def rebuild(self, columns: dict[str, np.ndarray], ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Full rows from the stored columns of the rows `ids`; each output row is written
-        once, in place (no temporary per column)."""
-        frames = columns["observations"]
-        k, (n, frame) = self.form.stack_num, frames.shape
-        if k > 1:
-            columns["observations"] = self._stacks(ids, frames)
-        if not self.form.ignore_obs_next and k == 1:
+        """Full rows from the stored columns of the rows `ids`. With `ignore_obs_next` the
+        frames of a row's stack and of its successor are gathered in one pass, and the two
+        observations are windows of those k + 1 frames."""
+        k, form = self.form.stack_num, self.form
+        if not form.ignore_obs_next:
+            if k > 1:
+                stacks = self._stacks(ids, columns["observations"])
+                columns["observations"] = stacks
+                columns["next_observations"] = np.concatenate(
+                    [stacks[:, stacks.shape[1] // k :], columns["next_observations"]], axis=1
+                )
             return columns
-        following = np.empty((n, k * frame), frames.dtype)
-        newest = following[:, (k - 1) * frame :]
-        if self.form.ignore_obs_next:
-            after = self._next[ids % self.capacity]
-            held = after >= 0
-            stored = self.table.column("observations")
-            if held.all():
-                newest[:] = stored[after % self.capacity]
-            else:
-                newest[held] = stored[after[held] % self.capacity]
-                newest[~held] = self.next_frames.get(ids[~held])
-        else:
-            newest[:] = columns["next_observations"]
+        stored = self.table.column("observations")
+        (n,), frame, capacity = ids.shape, stored.shape[1], self.capacity
+        rows = np.empty((n, k + 1), np.int64)
+        rows[:, :k] = self._chains(ids) if k > 1 else ids[:, None]
+        after = self._next[ids % capacity]
+        held = after >= 0
+        rows[:, k] = np.where(held, after, ids)
+        frames = stored[rows % capacity]
         if k > 1:
-            following[:, : (k - 1) * frame] = columns["observations"][:, frame:]
-        columns["next_observations"] = following
+            self._fill_from_first_stacks(frames[:, :k], rows[:, :k])
+        if not held.all():
+            alone = np.flatnonzero(~held)
+            frames[alone, k] = self.next_frames.get(ids[alone])
+        columns["observations"] = frames[:, :k].reshape(n, k * frame)
+        columns["next_observations"] = frames[:, 1:].reshape(n, k * frame)
         return columns
 
     def _stacks(self, ids: np.ndarray, newest: np.ndarray) -> np.ndarray:
         """The observation stacks of rows `ids`, oldest frame first, from the stored frames.
 
-        Each row's predecessors are followed back k - 1 steps at once for every row; the frames
-        of the rows reached are gathered in one pass, and a row whose run's first held row came
-        sooner takes its older frames from that row's whole stack."""
+        Each row's predecessors are followed back k - 1 steps at once for every row, and the
+        frames of the rows reached (the row itself for the newest) are gathered in one pass; a
+        row whose run's first held row came sooner takes its older frames from that row's whole
+        stack. `newest` gives the frames' dtype and width."""
         k, (n, frame) = self.form.stack_num, newest.shape
-        stacks = np.empty((n, k, frame), newest.dtype)
-        stacks[:, k - 1] = newest
-        oldest = self.table.total_inserted - self.size
-        chain = np.empty((n, k - 1), np.int64)  # the row of each older frame, -1: none held
-        cursor, depth = ids, np.zeros(n, np.int64)  # depth: steps back to `cursor`
-        for j in range(k - 2, -1, -1):
-            before = self._prev[cursor % self.capacity]
-            step = before >= oldest  # false from a run's first held row on
-            cursor = np.where(step, before, cursor)
-            depth += step
-            chain[:, j] = np.where(step, cursor, -1)
-        reached = chain >= 0
-        older = stacks[:, : k - 1]
-        older[reached] = self.table.column("observations")[chain[reached] % self.capacity]
-        starts = np.flatnonzero(~reached[:, 0])
-        if len(starts):  # frames from before the first held row: its whole stack has them
-            whole = self.first_stacks.get(cursor[starts]).reshape(len(starts), k, frame)
-            missing = ~reached[starts]
-            at = np.nonzero(missing)
-            source = at[1] + depth[starts][at[0]]
-            older[starts[at[0]], at[1]] = whole[at[0], source]
+        rows = self._chains(ids)
+        stacks = self.table.column("observations")[rows % self.capacity]
+        self._fill_from_first_stacks(stacks, rows)
         return stacks.reshape(n, k * frame)
+
+    def _chains(self, ids: np.ndarray) -> np.ndarray:
+        """int64 [n, k]: the insert id of the row whose frame each position of a row's stack
+        holds, newest last; where the run's first held row came sooner, that row's id repeats."""
+        k, prev, capacity = self.form.stack_num, self._prev, self.capacity
+        oldest = self.table.total_inserted - self.size
+        rows = np.empty((len(ids), k), np.int64)
+        rows[:, k - 1] = cursor = ids
+        for j in range(k - 2, -1, -1):
+            before = prev[cursor % capacity]
+            cursor = rows[:, j] = np.where(before >= oldest, before, cursor)
+        return rows
+
+    def _fill_from_first_stacks(self, stacks: np.ndarray, rows: np.ndarray) -> None:
+        """Frames from before a run's first held row: that row's whole stack has them."""
+        starts = np.flatnonzero(rows[:, 0] == rows[:, 1])
+        if len(starts) == 0:
+            return
+        k, frame = stacks.shape[1:]
+        chains = rows[starts]
+        whole = self.first_stacks.get(chains[:, 0]).reshape(len(starts), k, frame)
+        missing = chains[:, :-1] == chains[:, 1:]  # a prefix of each row's positions
+        depth = k - 1 - missing.sum(1)  # steps back from the row to its run's first held row
+        at = np.nonzero(missing)
+        stacks[starts[at[0]], at[1]] = whole[at[0], at[1] + depth[at[0]]]
 
     def state(self, views: bool = False) -> dict[str, Any]:
         """The table's state (its columns as views with `views`, see `ReplayTable.state`), its

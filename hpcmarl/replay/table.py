@@ -127,8 +127,11 @@ class ReplayTable:
         self.skip(skipped)
         return {name: column[skipped:] for name, column in batch.items()}, self.capacity
 
-    def sample(self, n: int) -> tuple[dict[str, np.ndarray], SampleInfo]:
-        """Draw `n` rows with replacement; the returned arrays are fresh copies the caller owns."""
+    def sample(
+        self, n: int, leave: tuple[str, ...] = ()
+    ) -> tuple[dict[str, np.ndarray], SampleInfo]:
+        """Draw `n` rows with replacement; the returned arrays are fresh copies the caller owns.
+        The columns named in `leave` are not gathered (a caller that rebuilds them itself)."""
         if self.size == 0 or n < 1:
             raise ValueError(f"cannot sample {n} rows from a table of {self.size}; insert first")
         if self._tree is None:
@@ -139,7 +142,7 @@ class ReplayTable:
         else:
             slots, weights = self._sample_prioritized(n)
             ids = self._slot_ids(slots)
-        batch = {name: column[slots] for name, column in self._items}
+        batch = {name: column[slots] for name, column in self._items if name not in leave}
         return batch, SampleInfo(slots, ids, weights)
 
     def update_priorities(
