@@ -73,7 +73,7 @@ def test_a_shard_keeps_only_the_newest_generation_of_a_group() -> None:
 def test_a_learner_switches_a_group_to_new_keys_with_fresh_networks() -> None:
     cfg, spec, topology, transport = world()
     (name,) = topology.names("learner")
-    learner = build_learner(cfg, spec, topology, transport, None, name)
+    learner = build_learner(cfg, spec, topology, transport, None, name, cfg.runtime.run_dir)
     pushes: deque[Message] = transport.register("ps0")
     transport.register("commander")
     trainer = learner.trainers["player_0"]
@@ -89,7 +89,9 @@ def test_a_learner_switches_a_group_to_new_keys_with_fresh_networks() -> None:
     assert push.meta["key"] == "main/player_0-1" and "spec" in push.meta  # announced with it
     assert trainer.version == 1
     state = learner.state()
-    again = build_learner(cfg, spec, topology, LocalTransport(topology.rank_of), None, name)
+    again = build_learner(
+        cfg, spec, topology, LocalTransport(topology.rank_of), None, name, cfg.runtime.run_dir
+    )
     again.load_state(state)
     resumed = again.trainers["player_0"]
     assert resumed.keys == trainer.keys and resumed.generation == 1
@@ -131,7 +133,7 @@ def test_a_lone_learner_skips_an_update_whose_fragments_were_all_stale() -> None
     )
     shard = build_replay_shard(cfg, spec, topology, transport, "replay0")
     (name,) = topology.names("learner")
-    learner = build_learner(cfg, spec, topology, transport, None, name)
+    learner = build_learner(cfg, spec, topology, transport, None, name, cfg.runtime.run_dir)
     commander: deque[Message] = transport.register("commander")
     pushes: deque[Message] = transport.register("ps0")
     transport.register("collector0")
