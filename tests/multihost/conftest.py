@@ -27,7 +27,8 @@ from ..mpi.conftest import MPIRUN, ROOT, VENV, BackgroundJob
 
 LOCAL_CLUSTER = ROOT / "tools" / "local_cluster.sh"
 STATE = Path(os.environ.get("HPCMARL_CLUSTER_DIR", "/run/hpcmarl-cluster"))
-HOSTS = 2
+HOSTS = int(os.environ.get("HPCMARL_TEST_HOSTS", "2"))
+"""Hosts the tier brings up; the algorithm tests run across all of them (CI: 2; 4 by hand)."""
 SLURM_CONF = STATE / "slurm" / "slurm.conf"
 
 

@@ -1,6 +1,7 @@
-"""Every algorithm family across two hosts: MAPPO, QMIX, R2D2 and PSRO each run at 8 ranks on
-hpc1 and hpc2, end on their budget and leave a complete checkpoint; the MAPPO run then resumes
-on another set of hosts (4 ranks, all on hpc2) and goes on from its counters."""
+"""Every algorithm family across the tier's hosts: MAPPO, QMIX, R2D2 and PSRO each run at 4
+ranks per host (8 on hpc1 and hpc2; 16 on 4 hosts with HPCMARL_TEST_HOSTS=4), end on their
+budget and leave a complete checkpoint; the MAPPO run then resumes on another set of hosts
+(4 ranks, all on hpc2) and goes on from its counters."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from hpcmarl.storage.checkpoint import latest_checkpoint
 
 from ..mpi.conftest import MPIRUN, ROOT, VENV
-from .conftest import LOCAL_CLUSTER, Cluster, run_on_hosts
+from .conftest import HOSTS, LOCAL_CLUSTER, Cluster, run_on_hosts
 
 pytestmark = pytest.mark.mpi
 
@@ -53,21 +54,22 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("name", list(JOBS))
-def test_each_algorithm_runs_and_checkpoints_across_2_hosts(
+def test_each_algorithm_runs_and_checkpoints_across_the_hosts(
     cluster: Cluster, runs: dict[str, Path], name: str
 ) -> None:
     run_dir = runs[name]
     job = [sys.executable, "-m", "hpcmarl", *JOBS[name], *COMMON, f"runtime.run_dir={run_dir}"]
-    done = run_on_hosts(2, 8, job, timeout=240)
+    done = run_on_hosts(HOSTS, 4 * HOSTS, job, timeout=120 + 60 * HOSTS)
     assert done.returncode == 0, hpcmarl_lines(done.stdout + done.stderr) + done.stderr[-2000:]
     assert "  host hpc1: ranks 0-3 (commander, " in done.stdout
-    assert "  host hpc2: ranks 4-7 (" in done.stdout
+    for host in range(2, HOSTS + 1):
+        assert f"  host hpc{host}: ranks {4 * host - 4}-{4 * host - 1} (" in done.stdout
     assert "checkpoint 000001" in finished_line(done.stdout)
     assert latest_checkpoint(run_dir) is not None
 
 
 def test_a_run_resumes_on_another_set_of_hosts(cluster: Cluster, runs: dict[str, Path]) -> None:
-    """The MAPPO run made on hpc1 + hpc2 at 8 ranks goes on at 4 ranks on hpc2 alone: what a
+    """The MAPPO run made across the hosts goes on at 4 ranks on hpc2 alone: what a
     requeue onto other nodes of another size does."""
     run_dir = runs["mappo"]
     if latest_checkpoint(run_dir) is None:
