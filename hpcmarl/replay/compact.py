@@ -59,7 +59,7 @@ class StorageForm:
 
 def run_keys(episode_id: np.ndarray, agent_id: np.ndarray) -> np.ndarray:
     """One int64 per run: episode ids are below 2^47 (collector index x 10^9 + count)."""
-    return episode_id.astype(np.int64) * 65_536 + agent_id.astype(np.int64)
+    return episode_id.astype(np.int64, copy=False) * 65_536 + agent_id
 
 
 def chain_runs(
@@ -68,13 +68,22 @@ def chain_runs(
     """Rows (run `keys`, `steps`, insert `ids`) chained within their runs: (order, same, prev,
     next) with `order` the rows by run then step, `same[i]` whether `order[i]` and
     `order[i + 1]` are of one run, and each row's predecessor and successor ids (-1: none)."""
+    return _chain_runs(keys, steps, ids)[:4]
+
+
+def _chain_runs(
+    keys: np.ndarray, steps: np.ndarray, ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+    """`chain_runs`, and whether each run's rows came in step order (each row after its
+    predecessor in the batch)."""
     order = np.lexsort((steps, keys))
     same = keys[order[1:]] == keys[order[:-1]]
+    before, after = order[:-1][same], order[1:][same]
     prev = np.full(len(ids), -1, np.int64)
     nxt = np.full(len(ids), -1, np.int64)
-    prev[order[1:][same]] = ids[order[:-1][same]]
-    nxt[order[:-1][same]] = ids[order[1:][same]]
-    return order, same, prev, nxt
+    prev[after] = ids[before]
+    nxt[before] = ids[after]
+    return order, same, prev, nxt, not (after < before).any()
 
 
 def stored_bytes_per_row(columns: dict[str, tuple[str, tuple[int, ...]]], form: StorageForm) -> int:
@@ -121,9 +130,9 @@ class SideStore:
             self.values = np.zeros((0, *values.shape[1:]), values.dtype)
         slots = ids % self.capacity
         entries = self.entry[slots]
-        new = entries < 0
-        if new.any():
-            entries[new] = self._take(int(new.sum()))
+        fresh = np.flatnonzero(entries < 0)
+        if len(fresh):
+            entries[fresh] = self._take(len(fresh))
             self.entry[slots] = entries
         self.ids[entries] = ids
         self.values[entries] = values
@@ -255,37 +264,51 @@ class CompactTable:
             n = capacity
         first_id = self.table.total_inserted
         ids = first_id + np.arange(n, dtype=np.int64)
+        slots = ids % capacity
         oldest = first_id + n - min(self.size + n, capacity)  # the oldest row held afterwards
-        self._pass_on_stacks(oldest)
-        for _, store in self._stores():  # the rows the ring overwrites now
-            store.evict(ids % capacity)
+        heirs = self._pass_on_stacks(oldest)
+        for store in self._used_stores():  # the rows the ring overwrites now
+            store.evict(slots)
         keys = run_keys(batch["episode_id"], batch["agent_id"])
-        order, same, prev, nxt = chain_runs(keys, batch["step"], ids)
-        if (np.diff(order)[same] < 0).any():  # a run's rows out of step order
+        order, same, prev, nxt, in_order = _chain_runs(keys, batch["step"], ids)
+        if not in_order:  # a run's rows out of step order
             batch = self._in_step_order(batch)
             keys = run_keys(batch["episode_id"], batch["agent_id"])
             order, same, prev, nxt = chain_runs(keys, batch["step"], ids)
-        edges = np.concatenate([[True], ~same, [True]]) if n else np.ones(1, bool)
-        ended = batch["terminations"] | batch["truncations"]
-        joined: list[tuple[int, int]] = []  # (held row, its successor in this batch)
-        for row in order[edges[:-1]]:  # each run's first row here: does a held row precede it?
-            before = self._open.pop(int(keys[row]), -1)
-            if before >= oldest:
-                prev[row] = before
-                joined.append((before, int(ids[row])))
-        for row in order[edges[1:]]:  # each run's last row here
-            if not ended[row]:
-                self._open[int(keys[row])] = int(ids[row])
-        if len(self._open) > 4096:
-            self._open = {key: i for key, i in self._open.items() if i >= oldest}
+        held, successors = self._join_open_runs(batch, keys, order, same, first_id, oldest)
+        prev[successors - first_id] = held
         self.table.insert(self._stored(batch))
-        slots = ids % capacity
         self._prev[slots], self._next[slots] = prev, nxt
-        if joined:
-            held, successors = np.asarray(joined, np.int64).T
+        if len(held):
             self._next[held % capacity] = successors
-            self.next_frames.discard(held)
-        self._keep_aside(batch, ids, prev, nxt)
+        self._keep_aside(batch, ids, prev, nxt, heirs, held)
+
+    def _join_open_runs(
+        self,
+        batch: dict[str, np.ndarray],
+        keys: np.ndarray,
+        order: np.ndarray,
+        same: np.ndarray,
+        first_id: int,
+        oldest: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Link each run's first row here to the held row before it (a run still open), and
+        open the runs whose last row here has not ended: (held rows, their successors here)."""
+        edges = np.concatenate([[True], ~same, [True]])
+        heads, tails = order[edges[:-1]], order[edges[1:]]
+        ended = (batch["terminations"] | batch["truncations"])[tails].tolist()
+        open_runs, held, successors = self._open, [], []
+        for row, key in zip(heads.tolist(), keys[heads].tolist(), strict=True):
+            before = open_runs.pop(key, -1)
+            if before >= oldest:
+                held.append(before)
+                successors.append(first_id + row)
+        for row, key, end in zip(tails.tolist(), keys[tails].tolist(), ended, strict=True):
+            if not end:
+                open_runs[key] = first_id + row
+        if len(open_runs) > 4096:
+            self._open = {key: i for key, i in open_runs.items() if i >= oldest}
+        return np.array(held, np.int64), np.array(successors, np.int64)
 
     @staticmethod
     def _in_step_order(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -294,22 +317,26 @@ class CompactTable:
         by_step = np.argsort(batch["step"], kind="stable")
         return {name: column[by_step] for name, column in batch.items()}
 
-    def _pass_on_stacks(self, oldest: int) -> None:
+    def _pass_on_stacks(self, oldest: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Before the ring evicts the rows older than `oldest`: a held row whose predecessor goes
         becomes its run's first held row, and keeps its whole stack (rebuilt while the frames
-        it needs are still there), so every held row's stack stays exact."""
+        it needs are still there, kept aside with the batch's own first rows), so every held
+        row's stack stays exact. The heirs and their stacks, or None."""
         if self.form.stack_num == 1 or self.size == 0:
-            return
+            return None
         held_from = self.table.total_inserted - self.size
         if oldest <= held_from:
-            return
+            return None
         leaving = np.arange(held_from, min(oldest, self.table.total_inserted))
         heirs = self._next[leaving % self.capacity]
         heirs = heirs[heirs >= oldest]  # no two rows share a successor: no repeats
-        if len(heirs):
-            newest = self.table.column("observations")[heirs % self.capacity]
-            self.first_stacks.add(heirs, self._stacks(heirs, newest))
-            self._prev[heirs % self.capacity] = -1
+        if len(heirs) == 0:
+            return None
+        rows = self._chains(heirs)
+        stacks = self.table.column("observations")[rows % self.capacity]
+        self._fill_from_first_stacks(stacks, rows)
+        self._prev[heirs % self.capacity] = -1
+        return heirs, stacks.reshape(len(heirs), -1)
 
     def _stored(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         stored = dict(batch)
@@ -324,12 +351,28 @@ class CompactTable:
         return stored
 
     def _keep_aside(
-        self, batch: dict[str, np.ndarray], ids: np.ndarray, prev: np.ndarray, nxt: np.ndarray
+        self,
+        batch: dict[str, np.ndarray],
+        ids: np.ndarray,
+        prev: np.ndarray,
+        nxt: np.ndarray,
+        heirs: tuple[np.ndarray, np.ndarray] | None,
+        joined: np.ndarray,
     ) -> None:
+        """Whole stacks of the rows that now start a run (the batch's and the heirs of evicted
+        rows, in one pass); next observations of the rows with no successor, in place of those
+        of the held rows this batch joined."""
         if self.form.stack_num > 1:
             starts = np.flatnonzero(prev < 0)
-            self.first_stacks.add(ids[starts], batch["observations"][starts])
+            if heirs is None:
+                self.first_stacks.add(ids[starts], batch["observations"][starts])
+            else:
+                self.first_stacks.add(
+                    np.concatenate([heirs[0], ids[starts]]),
+                    np.concatenate([heirs[1], batch["observations"][starts]]),
+                )
         if self.form.ignore_obs_next:
+            self.next_frames.discard(joined)
             frame = batch["observations"].shape[1] // self.form.stack_num
             alone = np.flatnonzero(nxt < 0)
             self.next_frames.add(ids[alone], batch["next_observations"][alone, -frame:])
@@ -441,6 +484,11 @@ class CompactTable:
 
     def _stores(self) -> tuple[tuple[str, SideStore], ...]:
         return (("first_stacks/", self.first_stacks), ("next_frames/", self.next_frames))
+
+    def _used_stores(self) -> tuple[SideStore, ...]:
+        """The side stores this form fills (an unused one stays empty)."""
+        used = (self.form.stack_num > 1, self.form.ignore_obs_next)
+        return tuple(store for (_, store), use in zip(self._stores(), used, strict=True) if use)
 
     def _relink(self) -> None:
         """Rebuild the links of every held row from its run and step."""
