@@ -161,16 +161,21 @@ class TransitionWriter(ItemWriter):
             for j, agent in enumerate(self.agents):
                 columns["agent_id"][j] = self.agent_ids[agent]
         self._active = np.ones(lead, bool)
-        self.sources = [(columns[n], get) for n, get in self.getters.items() if n != "agent_id"]
-        """(target column, getter) of every column filled per step: the hot loop's list."""
+        filled = [(n, get) for n, get in self.getters.items() if n != "agent_id"]
+        filled.append(("active", _SOURCES["active"]))
+        self.writes = [
+            (self._active[j] if name == "active" else columns[name][j], get, agent)
+            for j, agent in enumerate(self.agents)
+            for name, get in filled
+        ]
+        """(an agent's [copies, steps, ...] view of a column, getter, agent) of every value
+        written per step, `active` included: the hot loop's one flat list."""
         return columns
 
     def add(self, record: StepRecord) -> None:
-        t, active = self.t, record.step.active
-        for j, agent in enumerate(self.agents):
-            for target, get in self.sources:
-                target[j, :, t] = get(record, agent)
-            self._active[j, :, t] = active[agent]
+        t = self.t
+        for target, get, agent in self.writes:
+            target[:, t] = get(record, agent)
 
     def batch(self) -> Batch:
         """Rows ordered by agent, then env copy, then step; only active agents' rows."""

@@ -439,9 +439,19 @@ class EpisodeTracker:
         self.finished_returns, self.finished_lengths, self.finished_ids = [], [], []
 
     def record(self, step: Any) -> None:
-        self.returns += sum(step.rewards.values())
+        """Count the step; close the episodes it ended (most steps end none: one test)."""
+        rewards = step.rewards
+        if len(rewards) == 1:
+            (total,) = rewards.values()  # what sum() gives for one agent, one operation less
+        else:
+            total = sum(rewards.values())
+        self.returns += total
         self.lengths += 1
-        for i in np.flatnonzero(step.episode_ended):
+        if step.episode_ended.any():
+            self._close(np.flatnonzero(step.episode_ended))
+
+    def _close(self, ended: np.ndarray) -> None:
+        for i in ended:
             self.finished_returns.append(float(self.returns[i]))
             self.finished_lengths.append(int(self.lengths[i]))
             self.finished_ids.append(int(self.ids[i]))
