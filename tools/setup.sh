@@ -81,8 +81,8 @@ if [ -z "$site" ]; then
 else
   # mpi4py from source against the site's MPI, bypassing pip's cache (it would hand back a wheel
   # built against whichever MPI built mpi4py first), into a cache of our own keyed by that MPI,
-  # since the build takes minutes: its compiler wrapper's path and file, and this Python.
-  key=$( (echo "$mpicc" && ls -lL --time-style=full-iso "$mpicc" && "$venv/bin/python" -V) \
+  # since the build takes minutes: its compiler wrapper's path and file, CFLAGS, and this Python.
+  key=$( (echo "$mpicc ${CFLAGS:-}" && ls -lL --time-style=full-iso "$mpicc" && "$venv/bin/python" -V) \
     | sha256sum | cut -c1-16)
   slot="${HPCMARL_WHEEL_CACHE:-$HOME/.cache/hpcmarl/wheels}/mpi4py/$key"
   wheel=$(ls "$slot"/mpi4py-*.whl 2>/dev/null | head -1 || true)
