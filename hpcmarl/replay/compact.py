@@ -166,6 +166,23 @@ class SideStore:
         entries, mine = self._held(ids)
         self._release(ids[mine] % self.capacity, entries[mine])
 
+    def replace(self, gone: np.ndarray, ids: np.ndarray, values: np.ndarray) -> None:
+        """Drop the values of the held rows `gone` and keep `values` for the rows `ids`, whose
+        slots hold nothing (the ring evicted them): as `discard` then `add`, with the entries
+        of `gone` handed on to `ids` (a run's newest row passes its place to its successor)."""
+        entries, mine = self._held(gone)
+        if not mine.all() or len(gone) > len(ids) or len(gone) == 0:
+            self.discard(gone)
+            self.add(ids, values)
+            return
+        assert self.values is not None
+        m = len(gone)
+        self.entry[gone % self.capacity] = -1
+        self.entry[ids[:m] % self.capacity] = entries
+        self.ids[entries] = ids[:m]
+        self.values[entries] = values[:m]
+        self.add(ids[m:], values[m:])
+
     def _release(self, slots: np.ndarray, entries: np.ndarray) -> None:
         self.entry[slots] = -1
         self.ids[entries] = -1
@@ -364,18 +381,15 @@ class CompactTable:
         of the held rows this batch joined."""
         if self.form.stack_num > 1:
             starts = np.flatnonzero(prev < 0)
-            if heirs is None:
+            if len(starts):
                 self.first_stacks.add(ids[starts], batch["observations"][starts])
-            else:
-                self.first_stacks.add(
-                    np.concatenate([heirs[0], ids[starts]]),
-                    np.concatenate([heirs[1], batch["observations"][starts]]),
-                )
+            if heirs is not None:  # most batches start no run: then the heirs alone
+                self.first_stacks.add(*heirs)
         if self.form.ignore_obs_next:
-            self.next_frames.discard(joined)
             frame = batch["observations"].shape[1] // self.form.stack_num
             alone = np.flatnonzero(nxt < 0)
-            self.next_frames.add(ids[alone], batch["next_observations"][alone, -frame:])
+            values = batch["next_observations"][alone, -frame:]
+            self.next_frames.replace(joined, ids[alone], values)
 
     def sample(self, n: int) -> tuple[dict[str, np.ndarray], SampleInfo]:
         """Draw `n` rows as `ReplayTable.sample` does and return them whole."""
