@@ -394,7 +394,7 @@ class CompactTable:
     def sample(self, n: int) -> tuple[dict[str, np.ndarray], SampleInfo]:
         """Draw `n` rows as `ReplayTable.sample` does and return them whole."""
         leave = ("observations",) if self.form.ignore_obs_next else ()
-        columns, info = self.table.sample(n, leave)
+        columns, info = self.table.sample_leaving(n, leave)
         return self.rebuild(columns, info.insert_ids), info
 
     def rebuild(self, columns: dict[str, np.ndarray], ids: np.ndarray) -> dict[str, np.ndarray]:

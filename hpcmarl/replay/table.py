@@ -127,11 +127,15 @@ class ReplayTable:
         self.skip(skipped)
         return {name: column[skipped:] for name, column in batch.items()}, self.capacity
 
-    def sample(
-        self, n: int, leave: tuple[str, ...] = ()
+    def sample(self, n: int) -> tuple[dict[str, np.ndarray], SampleInfo]:
+        """Draw `n` rows with replacement; the returned arrays are fresh copies the caller owns."""
+        return self.sample_leaving(n, ())
+
+    def sample_leaving(
+        self, n: int, leave: tuple[str, ...]
     ) -> tuple[dict[str, np.ndarray], SampleInfo]:
-        """Draw `n` rows with replacement; the returned arrays are fresh copies the caller owns.
-        The columns named in `leave` are not gathered (a caller that rebuilds them itself)."""
+        """`sample`, without gathering the columns named in `leave` (a caller that rebuilds
+        them itself)."""
         if self.size == 0 or n < 1:
             raise ValueError(f"cannot sample {n} rows from a table of {self.size}; insert first")
         if self._tree is None:
