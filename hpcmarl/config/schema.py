@@ -80,10 +80,11 @@ class LearnerConfig:
     default is MPI because Horovod's background thread keeps a core busy per learner, which
     costs more than it saves on oversubscribed nodes."""
     device: str = "auto"
-    """Where learners train: `auto` (a GPU of the node when torch sees one, round robin by
-    node-local rank, else the CPU), `cpu`, or `cuda` (refused at start-up on a node without
-    one). `tools/bench_update.py` says which is faster for a job: small networks update faster
-    on the CPU, where a GPU's per-kernel launch costs more than their arithmetic."""
+    """Where learners train: `auto` (a GPU of the node when torch sees one: a learner takes its
+    index among the learners on its host, modulo the host's GPUs; else the CPU), `cpu`, or
+    `cuda` (refused at start-up, naming the host, when a learner's host has none).
+    `tools/bench_update.py` says which is faster for a job: small networks update faster on the
+    CPU, where a GPU's per-kernel launch costs more than their arithmetic."""
     drift_check_interval: int = 100
     """Averaged updates between weight-digest comparisons across the learners of a group (a
     mismatch stops the job naming the learners that differ); 0 turns it off."""
@@ -264,7 +265,8 @@ class PSROConfig:
 
 @dataclass
 class TopologyConfig:
-    """How many of each role the job wants; placement on ranks follows from the world size."""
+    """How many of each role the job wants. Placement follows from the world size and, across
+    hosts, from each rank's host and GPUs (`launch/host_placement.py`)."""
 
     param_servers: int = 1
     """Parameter-server roles."""
