@@ -12,7 +12,13 @@ each of `--rounds` rounds divides the two's rates over its slices. The figure is
 round's ratio; the spread (lowest and highest round) says how far to trust it.
 Prints a table and, last, one JSON line.
 
+`--env-check` measures instead what the check of every env step for NaN and inf costs: the
+same collector with the check on and with it off (`VectorEnv.check_finite`), in turns as
+above; `*_env_check_ratio` is the collector's rate with the check over its rate without
+(issue 31's bound: at least 0.98).
+
     .venv/bin/python tools/bench_collector.py [--seconds 3] [--rounds 5] [--cases NAME ...]
+        [--env-check]
 """
 
 from __future__ import annotations
@@ -134,10 +140,18 @@ def _message(kind: str, dst: str, meta: dict):
     return Message(kind, "commander", dst, meta)
 
 
-def measure(cfg: JobConfig, seconds: float, rounds: int) -> list[tuple[float, float]]:
+def measure(
+    cfg: JobConfig, seconds: float, rounds: int, env_check: bool = False
+) -> list[tuple[float, float]]:
     """(bare, collector) env steps/s of each round: `seconds` of each, in slices of `SLICE_S`
-    taken in turn, so that a slow spell of the machine falls on both alike."""
-    bare, collector = BareLoop(cfg), CollectorLoop(cfg)
+    taken in turn, so that a slow spell of the machine falls on both alike. With `env_check`,
+    (collector without the finite check, collector with it) instead."""
+    bare: BareLoop | CollectorLoop
+    if env_check:
+        bare, collector = CollectorLoop(cfg), CollectorLoop(cfg)
+        bare.collector.env.check_finite = False
+    else:
+        bare, collector = BareLoop(cfg), CollectorLoop(cfg)
     bare.run(SLICE_S), collector.run(SLICE_S)  # warm-up: first weights, first resets
     pairs = []
     for _ in range(rounds):
@@ -154,21 +168,27 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument("--rounds", type=int, default=5, help="bare + collector pairs per case")
     parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
+    parser.add_argument(
+        "--env-check", action="store_true", help="the collector with the env check against without"
+    )
     args = parser.parse_args()
+    first = "unchecked/s" if args.env_check else "bare steps/s"
+    label = "_env_check" if args.env_check else ""
     torch.set_num_threads(1)
     figures: dict[str, float] = {"rounds": args.rounds, "seconds": args.seconds}
-    print(f"{'case':<16} {'bare steps/s':>13} {'collector':>10} {'ratio':>6}  {'spread':>11}")
+    print(f"{'case':<16} {first:>13} {'collector':>10} {'ratio':>6}  {'spread':>11}")
     for name in args.cases:
-        pairs = measure(job_for(*CASES[name]), args.seconds, args.rounds)
+        pairs = measure(job_for(*CASES[name]), args.seconds, args.rounds, args.env_check)
         ratios = sorted(mine / bare for bare, mine in pairs)
         bare = statistics.median(b for b, _ in pairs)
         mine = statistics.median(m for _, m in pairs)
         ratio = statistics.median(ratios)
-        figures[f"{name}_bare_steps_per_s"] = round(bare, 1)
+        baseline = "unchecked" if args.env_check else "bare"
+        figures[f"{name}_{baseline}_steps_per_s"] = round(bare, 1)
         figures[f"{name}_collector_steps_per_s"] = round(mine, 1)
-        figures[f"{name}_ratio"] = round(ratio, 3)
-        figures[f"{name}_ratio_lowest"] = round(ratios[0], 3)
-        figures[f"{name}_ratio_highest"] = round(ratios[-1], 3)
+        figures[f"{name}{label}_ratio"] = round(ratio, 3)
+        figures[f"{name}{label}_ratio_lowest"] = round(ratios[0], 3)
+        figures[f"{name}{label}_ratio_highest"] = round(ratios[-1], 3)
         spread = f"{ratios[0]:.2f}-{ratios[-1]:.2f}"
         print(f"{name:<16} {bare:13,.0f} {mine:10,.0f} {ratio:6.3f}  {spread:>11}")
     print(json.dumps(figures), flush=True)

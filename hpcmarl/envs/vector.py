@@ -13,8 +13,9 @@ naming the env, the agent, the step and the field; the collector lets it end the
 NaN that reaches a learner turns every weight NaN and a run goes on "training" in silence.
 The check costs one numpy call per vector step, and a shape, a dtype and a None test per agent
 and copy: timed alone, 0.6 us for the dot product and about 1 % of a collector step in all
-(docs/benchmarks.md, 2026-12-06). `tools/bench_collector.py` cannot show it: its bare loop
-steps this same vector env.
+(docs/benchmarks.md, 2026-12-06). `tools/bench_collector.py --env-check` measures the
+collector with and without the finite test (`check_finite`, which only that benchmark turns
+off; the shape, dtype and None tests are part of writing a step and stay).
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ class MultiAgentVectorEnv:
         """bool [num_envs, n_actions] per agent now (after the last reset or step), or None
         for an env without masks."""
         self._n_actions: list[int] | None = None
+        self.check_finite = True
+        """Look for NaN and inf in every step (off only in tools/bench_collector.py's A/B)."""
         self._zeros = np.zeros(self.num_envs * (len(self.agents) + sum(self._obs_dims)), np.float32)
         """What a step's rewards and observations are dotted with: 0 unless one is NaN or inf
         (a quarter of what `np.isfinite(...).all()` costs, and exact: no product can overflow)."""
@@ -191,7 +194,7 @@ class MultiAgentVectorEnv:
         observations = obs_views(after, self._obs_dims, self.num_envs)
         states = None if out.state is None else out.state.copy()
         masks = None if out.action_masks is None else [m.copy() for m in out.action_masks]
-        if numbers.dot(self._zeros) != 0.0:  # 0 * NaN and 0 * inf are NaN
+        if self.check_finite and numbers.dot(self._zeros) != 0.0:  # 0 * NaN, 0 * inf: NaN
             when = f"at step {self.steps}"
             self._check_finite(list(out.rewards), range(self.num_envs), when, "reward")
             self._check_finite(out.obs, range(self.num_envs), when)
@@ -204,7 +207,7 @@ class MultiAgentVectorEnv:
                 self._copies[i].state_into(i, states)
             if masks is not None:
                 self._copies[i].masks_into(i, masks)
-        if ended and after.dot(self._zeros) != 0.0:
+        if ended and self.check_finite and after.dot(self._zeros) != 0.0:
             self._check_finite(observations, ended, "at its reset")
         self.states = states
         next_masks = None if out.action_masks is None else self._by_agent(out.action_masks)
