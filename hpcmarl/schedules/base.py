@@ -151,7 +151,8 @@ class Timed(Schedule):
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
-        self.evals = EvalTimer(ctx.cfg.commander.eval_interval_s, time.monotonic())
+        collects = not ctx.cfg.offline.dataset  # offline: no collect task ever comes
+        self.evals = EvalTimer(ctx.cfg.commander.eval_interval_s, time.monotonic(), collects)
 
     def grants(self, s: Situation) -> list[Grant]:
         grants: list[Grant] = []
@@ -181,12 +182,14 @@ class Timed(Schedule):
 class EvalTimer:
     """Every `eval_interval_s`, once learning has begun, one evaluation at a time, and never
     two without a collect task granted between them: an interval shorter than an evaluation
-    (or a lone collector) would otherwise evaluate back to back and never reach a step budget."""
+    (or a lone collector) would otherwise evaluate back to back and never reach a step budget.
+    Offline (`collects` False) there is nothing to collect, and evaluations follow the clock."""
 
-    def __init__(self, interval_s: float, now: float) -> None:
+    def __init__(self, interval_s: float, now: float, collects: bool = True) -> None:
         self.interval_s = interval_s
         self.last = now
         self.running = False
+        self.collects = collects
         self.collected_since = True
 
     def due(self, s: Situation) -> bool:
@@ -194,7 +197,7 @@ class EvalTimer:
         return not self.running and self.collected_since and s.updates > 0 and waited
 
     def start(self, now: float) -> None:
-        self.running, self.last, self.collected_since = True, now, False
+        self.running, self.last, self.collected_since = True, now, not self.collects
 
     def collected(self) -> None:
         self.collected_since = True

@@ -110,3 +110,18 @@ def test_a_lone_collector_collects_between_evaluations_that_outlast_their_interv
         kinds.append(task["kind"])
         schedule.on_task_done("collector0", task["kind"], {})
     assert kinds == ["eval", "collect", "eval", "collect"]
+
+
+def test_offline_evaluations_follow_the_clock_with_nothing_to_collect() -> None:
+    """Offline no collect task ever comes: waiting for one between evaluations left an offline
+    DQN run with the one evaluation at its start (tests/mpi/test_offline.py failed its floor)."""
+    ctx = context(["offline.dataset=/nowhere", "commander.eval_interval_s=1"], {"a": ("learner0",)})
+    schedule = FreeRunning(ctx)
+    kinds = []
+    for n in range(3):
+        lone = situation(now=1e9 + 10 * n, updates=10, waiting_collectors=("collector0",))
+        tasks = [g.task for g in schedule.grants(lone) if g.role == "collector0"]
+        kinds += [task["kind"] for task in tasks]
+        for task in tasks:
+            schedule.on_task_done("collector0", task["kind"], {})
+    assert kinds == ["eval", "eval", "eval"]
