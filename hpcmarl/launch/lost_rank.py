@@ -38,6 +38,9 @@ OPEN_MPI_LOSS = re.compile(
 )
 """Open MPI 4 and 5 (`mpirun noticed that ...`, `prterun noticed that ...`), wrapped at any
 space: it is matched on the text with runs of white space made one space."""
+OPEN_MPI_ABORT = re.compile(r"process rank (\d+) with PID (\d+) on node (\S+) calling \"?abort")
+"""Open MPI's report when a rank aborted first: a peer that saw its socket to a killed rank close
+(`MPI_ERRORS_ARE_FATAL`) can win the race against the report of the killed rank itself."""
 WINDOW_CHARS = 4096
 """How much of the latest stderr `watch` keeps to match a message cut across reads."""
 RANK_MAP_ENV = "HPCMARL_RANK_MAP"
@@ -51,6 +54,8 @@ class Loss:
     pid: int | None = None
     node: str | None = None
     signum: int | None = None
+    lost_peer: bool = False
+    """The rank named aborted after its connection to another rank closed (Socket closed)."""
     failed_line: bool = False
     """A rank printed hpcmarl's own failure line: it names the cause, so no second one."""
     mid_line: bool = False
@@ -72,12 +77,19 @@ class StderrWatch:
         self._window = (self._window + text)[-WINDOW_CHARS:]
         if FAILED_PREFIX in self._window:
             self.loss.failed_line = True
-        if self.loss.rank is None:
-            found = OPEN_MPI_LOSS.search(" ".join(self._window.split()))
+        if self.loss.signum is None:
+            text = " ".join(self._window.split())
+            found = OPEN_MPI_LOSS.search(text)
             if found:
                 rank, pid, node, signum = found.groups()
                 self.loss.rank, self.loss.pid, self.loss.node = int(rank), int(pid), node
-                self.loss.signum = int(signum)
+                self.loss.signum, self.loss.lost_peer = int(signum), False
+            elif self.loss.rank is None and "Socket closed" in text:
+                aborted = OPEN_MPI_ABORT.search(text)
+                if aborted:
+                    rank, pid, node = aborted.groups()
+                    self.loss.rank, self.loss.node = int(rank), node
+                    self.loss.lost_peer = True
 
 
 def write_rank_map(topology: Topology) -> None:
@@ -138,6 +150,15 @@ def failure_line(
         return (
             f"{FAILED_PREFIX} rank {loss.rank}{where} on host {host}, pid {loss.pid}: "
             f"{signal_words(loss.signum)}; mpirun ended every other rank"
+        )
+    if loss.rank is not None and loss.lost_peer:
+        host, roles = rank_map.get(loss.rank, (loss.node or "?", []))
+        where = f" ({', '.join(roles)})" if roles else ""
+        return (
+            f"{FAILED_PREFIX} rank {loss.rank}{where} on host {host} lost its connection to "
+            "another rank (Open MPI: Socket closed) and aborted: a rank died (kill -9, the OOM "
+            "killer) or its host went down, and Open MPI reported this rank first; mpirun "
+            "ended every other rank"
         )
     if not open_mpi and exit_code in {s.value for s in signal.Signals} - {1, 2}:
         # MPICH's mpiexec exits with a lost rank's signal number and names no rank.

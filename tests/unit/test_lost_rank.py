@@ -99,3 +99,31 @@ def test_no_second_line_and_mpich_s_generic_one(
     seen.feed(stderr.decode())
     line = failure_line(seen.loss, {}, exit_code, open_mpi) or ""
     assert line.startswith(expected) and (line != "") == (expected != "")
+
+
+OPEN_MPI_PEER_ABORT = (
+    "[hpc1:00000] *** An error occurred in Socket closed\n"
+    "[hpc1:00000] *** reported by process [2077097985,3]\n"
+    "[hpc1:00000] *** MPI_ERRORS_ARE_FATAL (processes in this communicator will now abort,\n"
+    "--------------------------------------------------------------------------\n"
+    "prterun has exited due to process rank 3 with PID 0 on node hpc1 calling\n"
+    '"abort". This may have caused other processes in the application to be\n'
+)
+
+
+def test_a_peer_that_aborted_first_is_named_as_the_one_that_lost_its_connection(
+    rank_map: Path,
+) -> None:
+    """Across hosts a peer of the killed rank can see its socket close and abort before Open
+    MPI reports the kill (seen in the multi-host tier): the line then names that peer and says
+    what it lost, and a later report of the killed rank still wins."""
+    from hpcmarl.launch.lost_rank import read_rank_map
+
+    watch = StderrWatch()
+    watch.feed(OPEN_MPI_PEER_ABORT)
+    line = failure_line(watch.loss, read_rank_map(str(rank_map)), 14, open_mpi=True)
+    assert line is not None and line.startswith("hpcmarl: failed: rank 3 (")
+    assert "on host hpc1 lost its connection to another rank (Open MPI: Socket closed)" in line
+    watch.feed(OPEN_MPI_LOSS.decode())
+    line = failure_line(watch.loss, read_rank_map(str(rank_map)), 14, open_mpi=True)
+    assert line is not None and " on host hpc2, pid 16759: killed by signal 9 (SIGKILL)" in line
