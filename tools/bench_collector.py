@@ -172,10 +172,10 @@ def main() -> None:
         "--env-check", action="store_true", help="the collector with the env check against without"
     )
     args = parser.parse_args()
-    first = "unchecked/s" if args.env_check else "bare steps/s"
-    label = "_env_check" if args.env_check else ""
+    baseline, label = ("unchecked", "_env_check") if args.env_check else ("bare", "")
     torch.set_num_threads(1)
     figures: dict[str, float] = {"rounds": args.rounds, "seconds": args.seconds}
+    first = f"{baseline} steps/s"
     print(f"{'case':<16} {first:>13} {'collector':>10} {'ratio':>6}  {'spread':>11}")
     for name in args.cases:
         pairs = measure(job_for(*CASES[name]), args.seconds, args.rounds, args.env_check)
@@ -183,7 +183,6 @@ def main() -> None:
         bare = statistics.median(b for b, _ in pairs)
         mine = statistics.median(m for _, m in pairs)
         ratio = statistics.median(ratios)
-        baseline = "unchecked" if args.env_check else "bare"
         figures[f"{name}_{baseline}_steps_per_s"] = round(bare, 1)
         figures[f"{name}_collector_steps_per_s"] = round(mine, 1)
         figures[f"{name}{label}_ratio"] = round(ratio, 3)
