@@ -49,6 +49,10 @@ class _ProcessGroup:
 
     users = 0
     backend = ""
+    store: Any = None
+    store_path = ""
+    size = 0
+    LEFT_KEY = "hpcmarl/left"
 
     @classmethod
     def join(cls, comm: Any, store_path: str, backend: str) -> None:
@@ -67,7 +71,8 @@ class _ProcessGroup:
                 world_size=comm.Get_size(),
                 timeout=TIMEOUT,
             )
-            cls.backend = backend
+            cls.backend, cls.store, cls.store_path = backend, store, store_path
+            cls.size = comm.Get_size()
         elif dist.get_world_size() != comm.Get_size() or dist.get_rank() != comm.Get_rank():
             raise RuntimeError(
                 f"torch.distributed already runs on another group ({dist.get_world_size()} "
@@ -77,12 +82,25 @@ class _ProcessGroup:
 
     @classmethod
     def leave(cls) -> None:
-        """Destroy the process group when its last averager closes (a local call)."""
+        """Destroy the process group when its last averager closes (a local call).
+
+        The member that leaves last removes the store file. torch removes it in the destructor of
+        the last member's store, which need not run before a process exits: CI once found the
+        file of a 2-learner group left behind after a clean close.
+        """
         import torch.distributed as dist
 
         cls.users -= 1
-        if cls.users == 0 and dist.is_initialized():
-            dist.destroy_process_group()
+        if cls.users > 0 or not dist.is_initialized():
+            return
+        last = cls.store.add(cls.LEFT_KEY, 1) == cls.size
+        dist.destroy_process_group()
+        cls.store = None
+        if last:
+            try:
+                os.remove(cls.store_path)
+            except FileNotFoundError:
+                pass  # a copy of the store already removed it on its way out
 
 
 class TorchAverager(SoloAverager):
