@@ -109,6 +109,15 @@ class MultiAgentVectorEnv:
         """What a step's rewards and observations are dotted with: 0 unless one is NaN or inf
         (a quarter of what `np.isfinite(...).all()` costs, and exact: no product can overflow)."""
 
+    def all_finite(self, numbers: np.ndarray) -> bool:
+        """The check made on every step's rewards and observations (`numbers`, as a step
+        buffer holds them); only where it fails are they searched for the culprit."""
+        return bool(numbers.dot(self._zeros) == 0.0)
+
+    def step_numbers(self) -> np.ndarray:
+        """A buffer of the size `all_finite` takes, all zeros (for tools/bench_collector.py)."""
+        return np.zeros_like(self._zeros)
+
     @property
     def time_limit(self) -> int | None:
         """The env's own episode limit (a gymnasium TimeLimit), or None where it has none or
@@ -194,7 +203,7 @@ class MultiAgentVectorEnv:
         observations = obs_views(after, self._obs_dims, self.num_envs)
         states = None if out.state is None else out.state.copy()
         masks = None if out.action_masks is None else [m.copy() for m in out.action_masks]
-        if self.check_finite and numbers.dot(self._zeros) != 0.0:  # 0 * NaN, 0 * inf: NaN
+        if self.check_finite and not self.all_finite(numbers):
             when = f"at step {self.steps}"
             self._check_finite(list(out.rewards), range(self.num_envs), when, "reward")
             self._check_finite(out.obs, range(self.num_envs), when)
@@ -207,7 +216,7 @@ class MultiAgentVectorEnv:
                 self._copies[i].state_into(i, states)
             if masks is not None:
                 self._copies[i].masks_into(i, masks)
-        if ended and self.check_finite and after.dot(self._zeros) != 0.0:
+        if ended and self.check_finite and not self.all_finite(after):
             self._check_finite(observations, ended, "at its reset")
         self.states = states
         next_masks = None if out.action_masks is None else self._by_agent(out.action_masks)
