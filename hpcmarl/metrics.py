@@ -35,6 +35,13 @@ PROGRESS_COLUMNS = (
 )
 
 
+def run_dir_line(run_dir: str) -> str:
+    """The line that names the run directory, printed when a run starts and again after its
+    last line: a batch log's head and tail then both say where the run's files are. Absolute,
+    so that it can be pasted into `resume`, `analyze` or `tensorboard --logdir` from anywhere."""
+    return f"hpcmarl: run directory: {os.path.abspath(run_dir)}"
+
+
 class MetricsSink:
     """Writes rows to the run directory and progress lines to a stream."""
 

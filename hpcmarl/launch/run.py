@@ -24,6 +24,7 @@ from ..config.loader import job_from_dict, job_to_dict, load_job
 from ..config.schema import JobConfig
 from ..core import Role
 from ..errors import UserError
+from ..metrics import run_dir_line
 from ..replay.offline import plan_offline
 from ..roles.commander import EXIT_CHECKPOINTED
 from ..testing import faults
@@ -108,6 +109,8 @@ def run_job(job_path: str | None, overrides: list[str]) -> int:
             write_rank_map(plan.topology)  # for the launcher, should a rank be killed
         if refused_by_a_host(plan, nodes, comm, rank):
             return UserError.exit_code
+        if rank == 0:
+            print(run_dir_line(plan.run_dir), flush=True)
     except Exception as err:  # noqa: BLE001 - a rank that fails before the loop ends the world
         abandon_run_dir()
         fail_rank(rank, None, err, None, comm)
@@ -202,7 +205,7 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
         stopped = signals.stopped_before_start(comm, plan.run_dir)
         if stopped:
             if rank == 0:
-                print(stopped, file=sys.stderr, flush=True)
+                print(stopped, run_dir_line(plan.run_dir), sep="\n", file=sys.stderr, flush=True)
             return EXIT_CHECKPOINTED
         roles = build_roles(
             plan.cfg, plan.spec, plan.topology, transport, group_comm, plan.run_dir, plan.wiring
@@ -318,7 +321,8 @@ def fail_rank(
     """One line naming rank, role and cause; the traceback to a file; then end the world.
 
     Before the plan there is no run directory yet (it is created last): the traceback goes to
-    the temporary directory then, never into the working directory."""
+    the temporary directory then, never into the working directory. Once the run directory
+    exists, the next line names it, as at the end of every run."""
     where = role.name if role is not None else "startup"
     if run_dir is None:
         name = f"hpcmarl-startup-{os.getpid()}-rank{rank}.traceback"
@@ -331,11 +335,9 @@ def fail_rank(
             traceback.print_exception(err, file=fh)
     except OSError:
         log = "(could not be written)"
-    print(
-        f"hpcmarl: failed: rank {rank} ({where}): {type(err).__name__}: {err} [traceback: {log}]",
-        file=sys.stderr,
-        flush=True,
-    )
+    line = f"hpcmarl: failed: rank {rank} ({where}): {type(err).__name__}: {err} [traceback: {log}]"
+    ending = [line] if run_dir is None else [line, run_dir_line(run_dir)]
+    print(*ending, sep="\n", file=sys.stderr, flush=True)
     if comm is not None:
         # The launcher forwards our stderr through a pipe; MPICH's tears the job down on
         # Abort and once dropped the line still in that pipe. A moment to drain it first.

@@ -22,7 +22,7 @@ from ..config.schema import JobConfig
 from ..core import Role
 from ..launch import signals
 from ..launch.topology import Topology
-from ..metrics import MetricsSink
+from ..metrics import MetricsSink, run_dir_line
 from ..population import Population, server_for
 from ..schedules import PSRO, Context, FreeRunning, Grant, Lockstep, OnPolicy, Schedule, Situation
 from .coordinator import CheckpointCoordinator
@@ -468,6 +468,7 @@ class Commander(Role):
             },
         )
         self.sink.say(line)
+        self.sink.say(run_dir_line(self.cfg.runtime.run_dir))
         self.finish()
 
     def close(self) -> None:

@@ -109,3 +109,5 @@ def test_a_nan_reward_ends_a_uniform_replay_job_with_one_line(tmp_path) -> None:
     assert "(collector0)" in lines[0] and "EnvOutputError" in lines[0]
     assert "reward of agent 'agent_0' at step 200 of env copy 0" in lines[0]
     assert "finished" not in result.stdout
+    err = result.stderr.splitlines()  # the run directory on the line after (issue 34)
+    assert err[err.index(lines[0]) + 1] == f"hpcmarl: run directory: {tmp_path}", err

@@ -2,7 +2,8 @@
 
 A second job on a directory whose job still runs is refused, naming the holder; a lock left by a
 job that died is taken over with a line; a folder of the user's that is not a run is never
-written (its `config.yaml` replaced, rows appended to its CSV files).
+written (its `config.yaml` replaced, rows appended to its CSV files). A run names its run
+directory when it starts and again when it ends, whatever ended it.
 """
 
 from __future__ import annotations
@@ -36,16 +37,27 @@ def error_lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.startswith("hpcmarl: error: ")]
 
 
+def check_run_dir_named_at_start_and_end(out: str, run_dir: Path) -> None:
+    """Issue 34: the run directory is printed at start (once, before the wiring diagram) and
+    again after the `finished:` line, so that a user finds the run's files from either end."""
+    lines = out.splitlines()
+    named = [i for i, line in enumerate(lines) if line == f"hpcmarl: run directory: {run_dir}"]
+    wiring = next(i for i, line in enumerate(lines) if line.startswith("hpcmarl: topology for"))
+    finished = max(i for i, line in enumerate(lines) if line.startswith("hpcmarl: finished:"))
+    assert len(named) == 2 and named[0] < wiring and named[1] == finished + 1, out[-3000:]
+
+
 def test_a_second_job_on_a_running_run_directory_is_refused_naming_its_holder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_dir = tmp_path / "run"
-    first = subprocess.Popen(
-        [sys.executable, "-m", "hpcmarl", *LONG, f"runtime.run_dir={run_dir}"],
+    first = subprocess.Popen(  # named relative to its working directory: printed absolute
+        [sys.executable, "-m", "hpcmarl", *LONG, "runtime.run_dir=run"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        cwd=tmp_path,
     )
     try:
         ready = progress_rows(run_dir, 1)
@@ -64,6 +76,7 @@ def test_a_second_job_on_a_running_run_directory_is_refused_naming_its_holder(
         first.send_signal(signal.SIGTERM)
         out, err = first.communicate(timeout=60)
     assert first.returncode == 75, err[-2000:]
+    check_run_dir_named_at_start_and_end(out, run_dir)
     assert json.loads((run_dir / LOCK_NAME).read_text() or "{}") == {}, "lock not released"
 
 
@@ -82,6 +95,7 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over_with_a_line(tmp_path: Path
         in result.stdout
     )
     assert "hpcmarl: finished:" in result.stdout
+    check_run_dir_named_at_start_and_end(result.stdout, run_dir)
 
 
 def test_a_folder_of_the_users_is_refused_and_left_untouched(

@@ -64,12 +64,14 @@ def test_a_signal_before_the_roles_are_built_stops_at_once_and_a_restart_runs(
     signals.install()  # as python -m hpcmarl does first
     try:
         code = run.run_job(None, job)
-        err = capsys.readouterr().err
+        out, err = capsys.readouterr()
         assert code == EXIT_CHECKPOINTED, err
         assert (
             "hpcmarl: stopped by SIGTERM during start-up, before any training: nothing was "
-            f"lost; start it again (python -m hpcmarl resume {run_dir})"
+            f"lost; start it again (python -m hpcmarl resume {run_dir})\n"
+            f"hpcmarl: run directory: {run_dir}\n"  # the end names it, as the start did
         ) in err
+        assert f"hpcmarl: run directory: {run_dir}\n" in out
         assert not (run_dir / "checkpoints").exists()
         signals.clear()
         assert resume([str(run_dir)]) == 0  # the module is imported once: no signal now
