@@ -77,8 +77,6 @@ class Plan:
     topology: Topology
     run_dir: str
     resume_id: str | None = None
-    one_host: bool = True
-    """Every rank runs on the same host (so peers can ring each other's doorbells)."""
     made_dirs: tuple[str, ...] = ()
     """The directories rank 0 made for the run directory, deepest first: removed again when
     another host refuses it (`hosts.check_hosts`), so that a refused job leaves nothing."""
@@ -163,8 +161,7 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
 def expand_plan(payload: tuple, nodes: list[Node]) -> Plan:
     cfg_dict, spec, run_dir, resume_id, made = payload
     cfg = job_from_dict(cfg_dict)
-    one_host = len({node.host for node in nodes}) == 1
-    return Plan(cfg, spec, place(cfg, spec, nodes), run_dir, resume_id, one_host, made)
+    return Plan(cfg, spec, place(cfg, spec, nodes), run_dir, resume_id, made)
 
 
 def place(cfg: JobConfig, spec: EnvSpec, nodes: list[Node]) -> Topology:
@@ -250,8 +247,8 @@ def make_transport(plan: Plan, comm: Any) -> tuple[LocalTransport, Any]:
 
     color = topology.group_color(comm.Get_rank())
     group_comm = comm.Split(MPI.UNDEFINED if color is None else color, comm.Get_rank())
-    wait_s = plan.cfg.runtime.idle_wait_s if plan.one_host else 0.0
-    return MpiTransport(topology.rank_of, comm, make_doorbell(comm, wait_s)), group_comm
+    doorbell = make_doorbell(comm, plan.cfg.runtime.idle_wait_s)
+    return MpiTransport(topology.rank_of, comm, doorbell), group_comm
 
 
 def poll_until_finished(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ..mpi.conftest import ROOT
 from .conftest import HOSTS, STATE, Cluster, cluster_tool, read_holders, run_on_hosts
 
 pytestmark = pytest.mark.mpi
@@ -52,6 +53,16 @@ def test_a_send_reaches_a_rank_on_the_other_host(cluster: Cluster) -> None:
     result = run_on_hosts(2, 4, [sys.executable, script], timeout=60)
     assert result.returncode == 0, result.stderr
     assert "rank 3 on hpc2 got 499500 from rank 0 on hpc1" in result.stdout
+
+
+def test_an_idle_rank_on_another_host_wakes_on_its_doorbell(cluster: Cluster) -> None:
+    """Ranks on hpc2 wait a minute for rank 0's messages from hpc1: a ring over UDP must end
+    the wait, as a ring over an abstract socket does on one host (tests/mpi/test_transport.py).
+    Before, a world over several hosts had no doorbells, and every idle rank polled."""
+    script = str(ROOT / "tests" / "mpi" / "scripts" / "doorbell_wakeup.py")
+    result = run_on_hosts(2, 4, [sys.executable, script], timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(": ok (") == 4, result.stdout
 
 
 def test_down_leaves_no_trace_and_up_builds_again(cluster: Cluster) -> None:

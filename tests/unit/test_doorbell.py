@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from hpcmarl.comm.doorbell import Doorbell, address, supported
+from hpcmarl.comm.doorbell import Doorbell, NetworkDoorbell, address, host_address, supported
 from hpcmarl.comm.progress import Backoff
 
 pytestmark = pytest.mark.skipif(not supported(), reason="doorbells need Linux's abstract sockets")
@@ -92,3 +92,40 @@ def test_a_world_with_an_unreachable_peer_is_found_out_at_start_up() -> None:
 def test_every_peer_is_reached_when_all_bells_exist(bells: tuple[Doorbell, Doorbell]) -> None:
     first, second = bells
     assert first.reaches_every_peer() and second.reaches_every_peer()
+
+
+def test_a_network_bell_wakes_its_peer_and_hears_hellos() -> None:
+    """The UDP bells of a world over several hosts, here both at the loopback address."""
+    first, second = NetworkDoorbell(0), NetworkDoorbell(1)
+    addresses: list[tuple[str, int] | None] = [
+        ("127.0.0.1", first.port),
+        ("127.0.0.1", second.port),
+    ]
+    try:
+        first.connect(addresses)
+        second.connect(addresses)
+        first.say_hello()
+        second.say_hello()
+        assert first.heard_every_peer(5.0) and second.heard_every_peer(5.0)
+        ringer = threading.Timer(0.05, first.ring, args=(1,))
+        ringer.start()
+        assert second.wait(30.0)
+        ringer.join()
+        assert (first.rings_sent, second.wakeups) == (1, 1)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_network_bell_that_hears_no_hello_says_so() -> None:
+    lonely = NetworkDoorbell(0)
+    try:
+        lonely.connect([None, ("127.0.0.1", 9)])  # a peer that never says hello
+        assert not lonely.heard_every_peer(0.2)
+    finally:
+        lonely.close()
+
+
+def test_a_host_name_that_resolves_to_a_loopback_address_gets_no_network_bell() -> None:
+    assert host_address("localhost") is None
+    assert host_address("no-such-host.invalid") is None

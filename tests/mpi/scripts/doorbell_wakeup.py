@@ -1,6 +1,7 @@
 """Ranks 1.. idle in the rank loop's backoff, allowed to wait a minute for a ring; rank 0 sends
-each a control and a bulk message after a moment. Each must wake on the ring (not the
-minute's timeout), receive both, and echo them back. Prints "rank R: ok" per rank."""
+each a control and a bulk message after a moment. Each must wake on the ring (not the minute's
+timeout), receive both, and echo them back. Prints "rank R: ok" per rank. Runs on one host and
+across hosts (tests/multihost/test_cluster_tools.py), where the bells are UDP sockets."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def main() -> int:
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     doorbell = make_doorbell(comm, WAIT_S)
-    assert doorbell is not None, "one host, Linux: every rank has a bell"
+    assert doorbell is not None, "Linux, one host or hosts that resolve: every rank has a bell"
     transport = MpiTransport({f"r{i}": i for i in range(size)}, comm, doorbell)
     inbox = transport.register(f"r{rank}")
     backoff = Backoff(doorbell=doorbell, wait_s=WAIT_S)
