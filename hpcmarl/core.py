@@ -95,6 +95,11 @@ class Role:
         a thread): the rank must keep polling instead of waiting for a peer's message."""
         return self.checkpoint_request is not None or self.checkpoint_writer is not None
 
+    def collective_in_flight(self) -> bool:
+        """A collective of this role's is under way: its peers wait on this rank's MPI calls,
+        so the rank polls closely (`progress.COLLECTIVE_SLEEP_MAX_S`)."""
+        return False
+
     def heartbeat(self) -> None:
         """Tell the commander this role is alive, every `heartbeat_interval_s`."""
         now = time.monotonic()

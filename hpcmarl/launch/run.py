@@ -279,7 +279,8 @@ def poll_until_finished(
             backoff.reset()
         else:
             in_flight = transport.outstanding() > 0 or any(role.in_flight() for role in roles)
-            backoff.sleep(may_wait=not in_flight)
+            collective = any(role.collective_in_flight() for role in roles)
+            backoff.sleep(may_wait=not in_flight, collective=collective)
 
 
 def close_roles(roles: list[Role], wait_s: float = 0.0) -> None:

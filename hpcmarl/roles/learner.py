@@ -178,11 +178,13 @@ class Learner(Role):
         return progressed
 
     def in_flight(self) -> bool:
-        collectives = any(
+        return self.collective_in_flight() or super().in_flight()
+
+    def collective_in_flight(self) -> bool:
+        return any(
             t.handle is not None or t.sync is not None or t.drift is not None
             for t in self.trainers.values()
         )
-        return collectives or super().in_flight()
 
     def start_up(self) -> bool:
         """Take the group root's weights (a resume has loaded its own by now), then push them."""

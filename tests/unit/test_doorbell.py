@@ -10,7 +10,7 @@ import time
 import pytest
 
 from hpcmarl.comm.doorbell import Doorbell, NetworkDoorbell, address, host_address, supported
-from hpcmarl.comm.progress import Backoff
+from hpcmarl.comm.progress import COLLECTIVE_SLEEP_MAX_S, Backoff
 
 pytestmark = pytest.mark.skipif(not supported(), reason="doorbells need Linux's abstract sockets")
 
@@ -129,3 +129,19 @@ def test_a_network_bell_that_hears_no_hello_says_so() -> None:
 def test_a_host_name_that_resolves_to_a_loopback_address_gets_no_network_bell() -> None:
     assert host_address("localhost") is None
     assert host_address("no-such-host.invalid") is None
+
+
+def test_backoff_polls_closely_while_a_collective_is_in_flight(
+    bells: tuple[Doorbell, Doorbell],
+) -> None:
+    """A collective moves only when its rank calls MPI and rings no bell: however far the
+    backoff had gone, its sleeps stay within COLLECTIVE_SLEEP_MAX_S while one is in flight."""
+    for bell in (None, bells[1]):
+        backoff = Backoff(min_s=1e-4, max_s=2e-3, doorbell=bell, wait_s=30.0)
+        while backoff._next < backoff.max_s:
+            backoff.sleep()
+        for _ in range(20):
+            backoff.sleep(may_wait=True, collective=True)  # never the 30 s wait
+            assert backoff._next <= COLLECTIVE_SLEEP_MAX_S
+        if bell is not None:
+            assert bell.wakeups == 0
