@@ -20,6 +20,10 @@ test: setup
 MPICH_SUITE := tests/faults tests/mpi/test_transport.py \
 	-k "not ((kill_9 or exception_in_any_role) and (ps0 or replay or learner or param_server))"
 
+# Across the hosts of tools/local_cluster.sh with MPICH's Hydra (tools/mpirun.sh --hosts): a send
+# and the doorbells.
+MPICH_HOSTS := tests/multihost/test_cluster_tools.py -k "send_reaches or doorbell"
+
 # CI's: MPICH set up the way a cluster's MPI is (tools/setup.sh --mpi site, into .venv-site):
 # mpi4py compiled by Debian's mpicc.mpich (libmpich-dev, standing in for `module load mpich`)
 # and launched by mpiexec.mpich, both named, since Debian's mpicc and mpirun alternatives may
@@ -33,6 +37,7 @@ test-site-mpi:
 			>/dev/null; }
 	@CFLAGS=-O0 MPICC=mpicc.mpich MPIEXEC=mpiexec.mpich bash tools/setup.sh --mpi site
 	.venv-site/bin/python -m pytest -q $(MPICH_SUITE)
+	.venv-site/bin/python -m pytest -q $(MPICH_HOSTS)
 
 # The same under PyPI's mpich wheel (.venv-mpich, tools/setup.sh --mpi mpich); not run by CI.
 test-mpich:

@@ -4,7 +4,9 @@
 # Ranks are placed in blocks, as a batch system places them: -n R over N hosts gives each host
 # ceil(R/N) slots (--host hpc1:S,...,hpcN:S), so ranks 0..S-1 run on hpc1, the next S on hpc2;
 # pass `--map-by node` for round robin. Open MPI starts its daemons on the other hosts through
-# tools/cluster_agent.sh as its "ssh", and talks TCP over the cluster's bridge only. mpirun
+# tools/cluster_agent.sh as its "ssh", and talks TCP over the cluster's bridge only; with MPICH
+# (HPCMARL_VENV=.venv-site or .venv-mpich), Hydra's mpiexec gets `-hosts` and `-launcher-exec`
+# (the same agent) instead, and picks the bridge itself (the hosts have no other). mpirun
 # itself runs inside the first host, as it would on a batch job's first node: this runs
 # tools/mpirun.sh again there (root, --oversubscribe and signal relaying as on one host).
 #
@@ -30,18 +32,25 @@ mapfile -t hosts < <(awk '{ print $1 }' "$STATE/hosts")
 venv=${HPCMARL_VENV:-$root/.venv}
 mpirun=$venv/bin/mpirun
 [ -x "$mpirun" ] || mpirun=$(command -v mpirun)
-"$mpirun" --version 2>&1 | grep -q "Open MPI" ||
-  die "--hosts needs Open MPI's mpirun ($mpirun is not): HPCMARL_VENV=.venv"
+version=$("$mpirun" --version 2>&1 || true)
+open_mpi=true
+if [[ "$version" != *"Open MPI"* ]]; then
+  [[ "$version" == *HYDRA* ]] ||
+    die "--hosts needs Open MPI's mpirun or MPICH's mpiexec (Hydra); $mpirun is neither"
+  open_mpi=false
+fi
 
 # The rank count, as mpirun reads it (without one, one rank per host), and the user's mapping.
 ranks=""
 mapping=(--map-by slot)
 args=("$@")
+round_robin=false
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[i]}" in
     -n | -np | --n | --np | -c) [ -n "$ranks" ] || ranks=${args[i + 1]:-} ;;
     --map-by | --map-by=*) mapping=() ;;
   esac
+  [ "${args[i]}:${args[i + 1]:-}" != "--map-by:node" ] || round_robin=true
 done
 slots=1
 [ -z "$ranks" ] || slots=$(((ranks + count - 1) / count))
@@ -52,6 +61,22 @@ for name in "${hosts[@]:0:count}"; do
 done
 subnet=$(awk 'NR == 1 { sub(/\.[0-9]+$/, ".0/24", $2); print $2 }' "$STATE/hosts")
 
+if ! $open_mpi; then
+  # MPICH's Hydra starts its proxies through the agent as through ssh; hosts of one slot each
+  # are filled round robin, of S slots in blocks. Its own options only: --map-by goes.
+  $round_robin && host_list=$(printf '%s:1,' "${hosts[@]:0:count}") && host_list=${host_list%,}
+  hydra_args=()
+  for ((i = 0; i < ${#args[@]}; i++)); do
+    case "${args[i]}" in
+      --map-by) i=$((i + 1)) ;;
+      --map-by=*) ;;
+      *) hydra_args+=("${args[i]}") ;;
+    esac
+  done
+  exec bash "$root/tools/cluster_agent.sh" --exec "${hosts[0]}" bash "$root/tools/mpirun.sh" \
+    -launcher ssh -launcher-exec "$root/tools/cluster_agent.sh" -hosts "$host_list" \
+    "${hydra_args[@]}"
+fi
 exec bash "$root/tools/cluster_agent.sh" --exec "${hosts[0]}" bash "$root/tools/mpirun.sh" \
   --host "$host_list" \
   --prtemca plm_ssh_agent "$root/tools/cluster_agent.sh" \

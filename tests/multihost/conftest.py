@@ -47,8 +47,8 @@ def unavailable() -> str:
     version = subprocess.run(
         [f"{VENV}/bin/mpirun", "--version"], capture_output=True, text=True, check=False
     )
-    if "Open MPI" not in version.stdout + version.stderr:
-        return f"tools/mpirun.sh --hosts needs Open MPI; {VENV} has another MPI"
+    if "Open MPI" not in version.stdout + version.stderr and "HYDRA" not in version.stdout:
+        return f"tools/mpirun.sh --hosts needs Open MPI or MPICH (Hydra); {VENV} has another MPI"
     return ""
 
 
