@@ -127,9 +127,13 @@ def group_of(rank: int) -> int | None:
     return None if rank == 0 else (0 if rank <= 2 else 1)
 
 
-def stale_store(sub: MPI.Comm, group: int) -> str:
-    """The group's store path, with an earlier run's store left there (rank 0 of the group)."""
-    path = os.path.join(sys.argv[3] if len(sys.argv) > 3 else ".", f"p{group}.store")
+def stale_store(sub: MPI.Comm, group: int) -> str | None:
+    """The group's store path in STORE_DIR, with an earlier run's store left there (rank 0 of
+    the group); None without a STORE_DIR (the MPI and Horovod runs, which use no store: a stale
+    one made in the working folder stayed there)."""
+    if len(sys.argv) <= 3:
+        return None
+    path = os.path.join(sys.argv[3], f"p{group}.store")
     if sub.rank == 0:
         with open(path, "wb") as f:
             f.write(os.urandom(64))
@@ -156,7 +160,7 @@ def main() -> None:
         print(f"{world.rank}: ok (stood by)", flush=True)
         return
     kind = kinds[group % len(kinds)]
-    av, line = make_averager(kind, sub, f"p{group}", store=stale_store(sub, group))
+    av, line = make_averager(kind, sub, f"p{group}", store=stale_store(sub, group) or "")
     if sub.rank == 0:
         print(line, flush=True)
     assert av.backend == expected, f"{kind} chose {av.backend}, expected {expected}"
