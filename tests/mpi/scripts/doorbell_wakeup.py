@@ -48,7 +48,9 @@ def main() -> int:
         else:
             backoff.sleep(may_wait=transport.outstanding() == 0)
     elapsed = time.monotonic() - start
-    ok = len(got) == expected and elapsed < WAIT_S / 2 and doorbell.wakeups >= 1
+    # Rank 0 sends first and may find every echo while it still polls closely, never waiting:
+    # only the ranks that wait for its messages must have been woken.
+    ok = len(got) == expected and elapsed < WAIT_S / 2 and (rank == 0 or doorbell.wakeups >= 1)
     ok &= transport.finish(30)
     print(
         f"rank {rank}: {'ok' if ok else 'FAILED'} ({len(got)} messages, {elapsed:.2f} s, "
