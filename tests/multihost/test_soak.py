@@ -38,6 +38,7 @@ def two_cpu_hogs() -> Iterator[None]:
             hog.wait()
 
 
+@pytest.mark.timeout(max(600, 150 * RUNS))  # the suite's 600 s ended a 20-run soak at run 15
 def test_consecutive_2_host_runs_beside_two_cpu_hogs_never_hang(
     cluster: Cluster, two_cpu_hogs: None, tmp_path: Path
 ) -> None:
