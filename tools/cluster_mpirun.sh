@@ -40,17 +40,29 @@ if [[ "$version" != *"Open MPI"* ]]; then
   open_mpi=false
 fi
 
-# The rank count, as mpirun reads it (without one, one rank per host), and the user's mapping.
+# The rank count, as mpirun reads it (without one, one rank per host), the user's mapping, and
+# the arguments without it (Hydra has no --map-by).
 ranks=""
 mapping=(--map-by slot)
-args=("$@")
 round_robin=false
+args=("$@")
+unmapped=()
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[i]}" in
     -n | -np | --n | --np | -c) [ -n "$ranks" ] || ranks=${args[i + 1]:-} ;;
-    --map-by | --map-by=*) mapping=() ;;
   esac
-  [ "${args[i]}:${args[i + 1]:-}" != "--map-by:node" ] || round_robin=true
+  case "${args[i]}" in
+    --map-by | --map-by=*)
+      mapping=()
+      policy=${args[i]#--map-by=}
+      if [ "${args[i]}" = --map-by ]; then
+        i=$((i + 1))
+        policy=${args[i]:-}
+      fi
+      [ "$policy" != node ] || round_robin=true
+      ;;
+    *) unmapped+=("${args[i]}") ;;
+  esac
 done
 slots=1
 [ -z "$ranks" ] || slots=$(((ranks + count - 1) / count))
@@ -65,17 +77,9 @@ if ! $open_mpi; then
   # MPICH's Hydra starts its proxies through the agent as through ssh; hosts of one slot each
   # are filled round robin, of S slots in blocks. Its own options only: --map-by goes.
   $round_robin && host_list=$(printf '%s:1,' "${hosts[@]:0:count}") && host_list=${host_list%,}
-  hydra_args=()
-  for ((i = 0; i < ${#args[@]}; i++)); do
-    case "${args[i]}" in
-      --map-by) i=$((i + 1)) ;;
-      --map-by=*) ;;
-      *) hydra_args+=("${args[i]}") ;;
-    esac
-  done
   exec bash "$root/tools/cluster_agent.sh" --exec "${hosts[0]}" bash "$root/tools/mpirun.sh" \
     -launcher ssh -launcher-exec "$root/tools/cluster_agent.sh" -hosts "$host_list" \
-    "${hydra_args[@]}"
+    "${unmapped[@]}"
 fi
 exec bash "$root/tools/cluster_agent.sh" --exec "${hosts[0]}" bash "$root/tools/mpirun.sh" \
   --host "$host_list" \
