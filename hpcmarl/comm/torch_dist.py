@@ -51,7 +51,6 @@ class _ProcessGroup:
     backend = ""
     store: Any = None
     store_path = ""
-    size = 0
     LEFT_KEY = "hpcmarl/left"
 
     @classmethod
@@ -72,7 +71,6 @@ class _ProcessGroup:
                 timeout=TIMEOUT,
             )
             cls.backend, cls.store, cls.store_path = backend, store, store_path
-            cls.size = comm.Get_size()
         elif dist.get_world_size() != comm.Get_size() or dist.get_rank() != comm.Get_rank():
             raise RuntimeError(
                 f"torch.distributed already runs on another group ({dist.get_world_size()} "
@@ -93,7 +91,7 @@ class _ProcessGroup:
         cls.users -= 1
         if cls.users > 0 or not dist.is_initialized():
             return
-        last = cls.store.add(cls.LEFT_KEY, 1) == cls.size
+        last = cls.store.add(cls.LEFT_KEY, 1) == dist.get_world_size()
         dist.destroy_process_group()
         cls.store = None
         if last:
