@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -31,7 +32,9 @@ from pathlib import Path
 from launcher import MPIRUN, ROOT, hpcmarl_env
 
 JOBS = {"default": "jobs/default.yaml", "mappo": "jobs/spread_mappo.yaml"}
-CLUSTER_HOSTS = Path("/run/hpcmarl-cluster/hosts")
+CLUSTER_HOSTS = Path(os.environ.get("HPCMARL_CLUSTER_DIR", "/run/hpcmarl-cluster")) / "hosts"
+"""tools/local_cluster.sh's list of the hosts that are up (in its state folder, as the shell
+tools read it)."""
 
 
 def hosts_up() -> int:
@@ -59,7 +62,9 @@ def one_run(
         )
         wall = time.monotonic() - start
         if done.returncode != 0:
-            sys.exit(f"bench_hosts: {job} on {hosts} hosts failed:\n{done.stdout[-2000:]}")
+            tail = (done.stdout + done.stderr)[-2000:]
+            code = done.returncode
+            sys.exit(f"bench_hosts: {job} on {hosts} hosts failed (exit {code}):\n{tail}")
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     progress = [r for r in rows if r["kind"] == "progress" and r["time_s"] >= warmup_s]
     if len(progress) < 2:
