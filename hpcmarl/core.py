@@ -37,6 +37,10 @@ class Role:
 
     kind = "role"
     max_messages_per_poll = 32
+    hears_lost_peers = True
+    """Whether messages a peer sent before its rank died are still handled: a shard inserts
+    a lost collector's last batches; the commander, which already failed its task, drops its
+    reports."""
     heartbeat_interval_s = 2.0
     """Set from the job at start-up (runtime.heartbeat_interval_s)."""
 
@@ -54,6 +58,9 @@ class Role:
         self.received_bulk: dict[str, int] = {}
         self.checkpoint_request: dict[str, Any] | None = None
         self.checkpoint_writer: CheckpointWriter | None = None
+        self.lost_peers: set[str] = set()
+        """Roles on ranks that died during the run (`on_peers_lost`): nothing more comes
+        from them, and nothing sent to them arrives."""
 
     def send(
         self, kind: str, dst: str, meta: dict[str, Any] | None = None, arrays: Batch | None = None
@@ -72,11 +79,13 @@ class Role:
         handled = 0
         while self.inbox and handled < self.max_messages_per_poll and not self.finished:
             msg = self.inbox.popleft()
+            handled += 1
+            if not self.hears_lost_peers and msg.src in self.lost_peers:
+                continue
             if msg.arrays is not None:
                 self.received_bulk[msg.src] = self.received_bulk.get(msg.src, 0) + 1
             self.note_message(msg)
             getattr(self, f"handle_{msg.kind}")(msg)
-            handled += 1
         if self.finished:
             return handled > 0
         self.heartbeat()
@@ -89,6 +98,12 @@ class Role:
 
     def note_message(self, msg: Message) -> None:
         """Called for every message received, before its handler."""
+
+    def on_peers_lost(self, names: set[str], where: str) -> None:
+        """Peers whose rank died (`launch/losses.py`; `where` names ranks and hosts): a
+        checkpoint cut stops waiting for their bulk messages. Roles that keep state per peer
+        extend this."""
+        self.lost_peers |= names
 
     def in_flight(self) -> bool:
         """Something only polling finishes is under way (a collective, a checkpoint written on
@@ -126,7 +141,8 @@ class Role:
         request = self.checkpoint_request
         assert request is not None
         expected = request.get("expect", {}).get(self.name, {})
-        if any(self.received_bulk.get(src, 0) < n for src, n in expected.items()):
+        waiting = (src for src in expected if src not in self.lost_peers)
+        if any(self.received_bulk.get(src, 0) < expected[src] for src in waiting):
             return False
         tree, ckpt_id = self.snapshot(), request["id"]
         delay = write_delay(self.kind, self.name)

@@ -43,6 +43,12 @@ if "$mpirun" --version 2>&1 | grep -q "Open MPI"; then
   if [ "$(id -u)" = 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   fi
+  # runtime.fault_tolerance=collectors on the command line (or HPCMARL_FAULT_TOLERANCE):
+  # Open MPI's fault tolerance, so that a collector's rank may die without ending the job.
+  if [[ " $* " == *" runtime.fault_tolerance=collectors "* ]] \
+    || [ "${HPCMARL_FAULT_TOLERANCE:-}" = collectors ]; then
+    extra+=(--with-ft ulfm)
+  fi
 fi
 export PATH="$venv/bin:$PATH"
 

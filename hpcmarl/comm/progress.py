@@ -9,8 +9,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from .failures import is_peer_failure
+
 if TYPE_CHECKING:
     from .doorbell import Doorbell
+    from .failures import LostRanks
 
 
 COLLECTIVE_SLEEP_MAX_S = 1e-4
@@ -81,17 +84,26 @@ class RequestPool:
     the peer after the ring made when it was posted).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, failures: LostRanks | None = None) -> None:
         self._requests: list[Any] = []
         self._keepalive: list[Any] = []
         self._dests: list[int | None] = []
+        self._rings: list[bool] = []
         self.arrived: set[int] = set()
         """Ranks that sends named since the caller last cleared this."""
+        self.failures = failures
+        """Under Open MPI's fault tolerance (failures.py): a send to a rank that died
+        completes in error, and is dropped instead of ending this rank."""
 
-    def add(self, request: Any, keepalive: Any, dest: int | None = None) -> None:
+    def add(
+        self, request: Any, keepalive: Any, dest: int | None = None, rings: bool = True
+    ) -> None:
+        """Keep `request` and the buffer it reads; `dest` rings its doorbell on arrival unless
+        `rings` is false (the body of a message whose header rang already)."""
         self._requests.append(request)
         self._keepalive.append(keepalive)
         self._dests.append(dest)
+        self._rings.append(rings and dest is not None)
 
     def __len__(self) -> int:
         return len(self._requests)
@@ -100,15 +112,40 @@ class RequestPool:
         """Release every completed request; return how many completed."""
         if not self._requests:
             return 0
-        done = _testsome()(self._requests)
+        try:
+            done = _testsome()(self._requests)
+        except Exception as err:
+            if self.failures is None or not is_peer_failure(err):
+                raise
+            done = self._test_each()
         if not done:
             return 0
         finished = set(done)
-        self.arrived.update(d for i in finished if (d := self._dests[i]) is not None)
-        self._requests = [r for i, r in enumerate(self._requests) if i not in finished]
-        self._keepalive = [k for i, k in enumerate(self._keepalive) if i not in finished]
-        self._dests = [d for i, d in enumerate(self._dests) if i not in finished]
+        self.arrived.update(
+            d for i in finished if self._rings[i] and (d := self._dests[i]) is not None
+        )
+        keep = [i for i in range(len(self._requests)) if i not in finished]
+        self._requests = [self._requests[i] for i in keep]
+        self._keepalive = [self._keepalive[i] for i in keep]
+        self._dests = [self._dests[i] for i in keep]
+        self._rings = [self._rings[i] for i in keep]
         return len(finished)
+
+    def _test_each(self) -> list[int]:
+        """After a peer died: test the requests one by one, and count a send to a dead rank as
+        done (dropped). Any other failure is ours, and raises."""
+        assert self.failures is not None
+        self.failures.refresh()
+        done = []
+        for i, request in enumerate(self._requests):
+            try:
+                if request.Test():
+                    done.append(i)
+            except Exception as err:
+                if not is_peer_failure(err) or self._dests[i] not in self.failures.known:
+                    raise
+                done.append(i)
+        return done
 
     def drain(self, timeout_s: float, on_idle: Any = None) -> bool:
         """Complete every request within `timeout_s`; `on_idle` keeps receives flowing meanwhile."""

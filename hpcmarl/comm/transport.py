@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 import weakref
 from collections import deque
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .doorbell import Doorbell
+from .failures import LostRanks, is_peer_failure, ulfm_enabled
 from .packing import PackedBatch, pack, spec_of, views
 from .progress import RequestPool
 from .protocol import Message
@@ -146,7 +148,10 @@ class MpiTransport(LocalTransport):
 
         self.MPI = MPI
         self.comm = comm
-        self.sends = RequestPool()
+        self.failures = LostRanks(comm) if ulfm_enabled() else None
+        """Ranks known dead, under Open MPI's fault tolerance (failures.py); None without it,
+        where a dead rank ends the job."""
+        self.sends = RequestPool(self.failures)
         self.incoming: dict[int, deque[_Incoming]] = {}
         self.chunk = chunk_bytes()
         self.buffers = BufferPool()
@@ -157,6 +162,9 @@ class MpiTransport(LocalTransport):
         dest = self.rank_of[msg.dst]
         if dest == self.rank:
             self._deliver(msg)
+            return
+        if self.failures is not None and dest in self.failures.known:
+            self.dropped += 1
             return
         if msg.arrays is None:
             header = (msg.kind, msg.src, msg.dst, msg.meta, None)
@@ -185,7 +193,8 @@ class MpiTransport(LocalTransport):
         for part in parts:
             raw = part.reshape(-1).view(np.uint8)
             for start, stop in byte_chunks(raw.nbytes, self.chunk):
-                self.sends.add(self.comm.Isend(raw[start:stop], dest, BULK_TAG), part)
+                request = self.comm.Isend(raw[start:stop], dest, BULK_TAG)
+                self.sends.add(request, part, dest, rings=False)
 
     def poll(self) -> bool:
         progressed = self.sends.test() > 0
@@ -200,7 +209,11 @@ class MpiTransport(LocalTransport):
     def _receive_headers(self) -> bool:
         received = 0
         while received < MAX_RECEIVES_PER_POLL:
-            probe = self.comm.improbe(self.MPI.ANY_SOURCE, CONTROL_TAG, self.status)
+            try:
+                probe = self.comm.improbe(self.MPI.ANY_SOURCE, CONTROL_TAG, self.status)
+            except self.MPI.Exception as err:
+                self._note_failure(err)  # acknowledged: receives from any source go on
+                continue
             if probe is None:
                 break
             source = self.status.Get_source()
@@ -237,13 +250,31 @@ class MpiTransport(LocalTransport):
                 self.buffers.give(array)
 
     def _deliver_completed(self) -> bool:
-        """Deliver finished messages, keeping each source's order."""
+        """Deliver finished messages, keeping each source's order; a dead source's messages
+        still arriving are dropped."""
         delivered = False
-        for queue in self.incoming.values():
-            while queue and queue[0].complete():
-                self._deliver(queue.popleft().msg)
-                delivered = True
+        for source, queue in self.incoming.items():
+            try:
+                while queue and queue[0].complete():
+                    self._deliver(queue.popleft().msg)
+                    delivered = True
+            except self.MPI.Exception as err:
+                self._note_failure(err)
+                if source not in self.failures.known:  # type: ignore[union-attr]
+                    raise
+                self.dropped += len(queue)
+                queue.clear()
         return delivered
+
+    def _note_failure(self, err: Exception) -> None:
+        """An MPI error: a peer's death learned (under fault tolerance), or raised as ours."""
+        if self.failures is None or not is_peer_failure(err):
+            raise err
+        self.failures.refresh()
+
+    def take_lost_ranks(self) -> set[int]:
+        """Ranks learned dead since the last call (each once), for the rank's roles."""
+        return self.failures.take_unseen() if self.failures is not None else set()
 
     def outstanding(self) -> int:
         pending_receives = sum(len(q) for q in self.incoming.values())
@@ -256,8 +287,26 @@ class MpiTransport(LocalTransport):
         completes, nobody has a send left that waits for a receive of ours.
         """
         drained = self.sends.drain(timeout_s, on_idle=self.poll)
-        barrier = self.comm.Ibarrier()
-        self.sends.add(barrier, None)
-        agreed = self.sends.drain(timeout_s, on_idle=self.poll)
+        agreed = self._agree_to_stop(timeout_s)
         self._deliver_completed()
         return drained and agreed
+
+    def _agree_to_stop(self, timeout_s: float) -> bool:
+        """The closing barrier; with ranks lost, an agreement of the ranks left (a barrier
+        over a dead rank fails), begun again should another rank die meanwhile."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            lost = self.failures is not None and self.failures.known
+            assert self.failures is not None or not lost
+            request = self.failures.agreement() if lost else self.comm.Ibarrier()  # type: ignore[union-attr]
+            self.sends.add(request, None)
+            try:
+                return self.sends.drain(max(deadline - time.monotonic(), 0.0), on_idle=self.poll)
+            except self.MPI.Exception as err:
+                self._note_failure(err)
+                self.sends = RequestPool(self.failures)  # the failed collective is over
+
+    @property
+    def lost_any(self) -> bool:
+        """Whether a rank of the world died: then `MPI_Finalize` would hang (failures.py)."""
+        return self.failures is not None and bool(self.failures.known)

@@ -307,6 +307,12 @@ class RuntimeConfig:
     naming it; generous by default because 16 ranks on few cores start slowly. When the
     commander's own loop stood still for half of it (the whole job suspended: `scontrol
     suspend`, Ctrl-Z), every role's clock restarts instead, with a line saying so."""
+    fault_tolerance: Literal["none", "collectors"] = "none"
+    """What a run survives: none ends the job when any rank dies (then resume from the newest
+    checkpoint); collectors goes on without a rank that hosted collectors only, releasing its
+    task and shrinking the collector task space. It needs Open MPI's fault tolerance, which
+    `tools/mpirun.sh` turns on (`mpirun --with-ft ulfm`) when the command line sets this key;
+    elsewhere (MPICH, `srun`, mpirun without it) the job fails fast and says so at start."""
     stall_timeout_s: float | None = 300.0
     """A run whose env steps and learner updates both stay still this long (every role alive,
     but each waiting on another) fails with what waits on what: the tasks running, the roles

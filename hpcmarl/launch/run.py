@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..comm.doorbell import make_doorbell
+from ..comm.failures import exit_now, is_peer_failure, ulfm_enabled
 from ..comm.progress import Backoff
 from ..comm.transport import LocalTransport, MpiTransport
 from ..config.loader import job_from_dict, job_to_dict, load_job
@@ -39,6 +40,7 @@ from .build import (
     time_limit_line,
 )
 from .hosts import check_cuda_hosts, check_hosts, dataset_readers
+from .losses import LeaveQuietly, fault_tolerance_line, on_ranks_lost
 from .lost_rank import write_rank_map
 from .memory import Node, check_memory, gather_nodes, storage_line
 from .output import check_streams_writable
@@ -134,6 +136,7 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
     try:
         check_streams_writable()
         cfg = load_job(job_path, overrides)
+        tolerance = fault_tolerance_line(cfg, launched_by_mpi())
         spec = probe_env(cfg)
         topology = place(cfg, spec, nodes)
         check_storage_topology(cfg, topology)
@@ -149,7 +152,7 @@ def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node])
         made = create_run_dir(cfg, run_dir)
         lead = check_signal_lead(cfg, spec, topology, nodes, run_dir)
         storage = storage_line(item_specs(cfg, spec), storage_form(cfg))
-        for line in (offline, storage, lead, time_limit_line(cfg, spec)):
+        for line in (offline, storage, lead, time_limit_line(cfg, spec), tolerance):
             if line:
                 print(line, flush=True)
     except UserError as err:
@@ -216,9 +219,11 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
             )
         building = False
         with profiled(rank, lambda: [role.name for role in roles]):
-            poll_until_finished(roles, transport, plan.cfg, current)
+            poll_until_finished(roles, transport, plan, current)
         transport.finish(plan.cfg.runtime.shutdown_timeout_s)
         close_roles(roles)
+        if isinstance(transport, MpiTransport) and transport.lost_any:
+            exit_now(exit_code_of(roles))  # MPI_Finalize hangs once a rank is gone
         return exit_code_of(roles)
     except Exception as err:  # noqa: BLE001 - any failure must end the whole world
         close_roles(roles, wait_s=WRITER_WAIT_S if comm is None else 0.0)
@@ -252,10 +257,13 @@ def make_transport(plan: Plan, comm: Any) -> tuple[LocalTransport, Any]:
 
 
 def poll_until_finished(
-    roles: list[Role], transport: LocalTransport, cfg: JobConfig, current: list[Role | None]
+    roles: list[Role], transport: LocalTransport, plan: Plan, current: list[Role | None]
 ) -> None:
     """The rank's loop: poll every live role; sleep a little when none made progress, and
-    wait for a peer's message (doorbell.py) when nothing in flight needs polling."""
+    wait for a peer's message (doorbell.py) when nothing in flight needs polling. A peer rank
+    that died (under Open MPI's fault tolerance) is the roles' news, or the end (losses.py)."""
+    cfg = plan.cfg
+    lost_ranks = getattr(transport, "take_lost_ranks", None)
     backoff = Backoff(
         max_s=cfg.runtime.idle_sleep_max_s,
         doorbell=transport.doorbell,
@@ -269,6 +277,11 @@ def poll_until_finished(
         if relays:
             signals.relay_to_commander(transport.rank)
         progressed = transport.poll()
+        if lost_ranks is not None and (lost := lost_ranks()):
+            current[0] = roles[0]  # the rank's first role names it in a failure line
+            every_lost = transport.failures.known  # type: ignore[attr-defined]
+            tolerance = cfg.runtime.fault_tolerance
+            on_ranks_lost(lost, every_lost, roles, plan.topology, tolerance, transport.rank)
         for role in roles:
             if not role.finished:
                 current[0] = role
@@ -313,6 +326,12 @@ def refuse_on_rank(rank: int, err: UserError, comm: Any) -> None:
         comm.Abort(UserError.exit_code)
 
 
+def quiet_failure(err: BaseException, comm: Any) -> bool:
+    """Under fault tolerance, a rank that ends because a peer died says nothing: the lowest
+    rank left names the loss (losses.py), once."""
+    return comm is not None and (isinstance(err, LeaveQuietly) or is_peer_failure(err))
+
+
 def fail_rank(
     rank: int, role: Role | None, err: BaseException, run_dir: str | None, comm: Any
 ) -> None:
@@ -335,7 +354,13 @@ def fail_rank(
         log = "(could not be written)"
     line = f"hpcmarl: failed: rank {rank} ({where}): {type(err).__name__}: {err} [traceback: {log}]"
     ending = [line] if run_dir is None else [line, run_dir_line(run_dir)]
-    print(*ending, sep="\n", file=sys.stderr, flush=True)
+    if not quiet_failure(err, comm):
+        print(*ending, sep="\n", file=sys.stderr, flush=True)
+    if comm is not None and ulfm_enabled():
+        # Under fault tolerance MPI_Abort left ranks running (losses.py): each rank leaves
+        # by itself, and its peers see it go.
+        time.sleep(ABORT_DRAIN_S)
+        exit_now(1)
     if comm is not None:
         # The launcher forwards our stderr through a pipe; MPICH's tears the job down on
         # Abort and once dropped the line still in that pipe. A moment to drain it first.

@@ -37,6 +37,7 @@ class Commander(Role):
     """Schedules collector and learner tasks and owns the stop condition."""
 
     kind = "commander"
+    hears_lost_peers = False
 
     def __init__(
         self,
@@ -203,6 +204,54 @@ class Commander(Role):
     def note_message(self, msg: Message) -> None:
         if msg.src in self.last_seen:
             self.last_seen[msg.src] = time.monotonic()
+
+    def on_peers_lost(self, names: set[str], where: str) -> None:
+        """Collectors whose rank died (`launch/losses.py` lets only those go): each one's
+        task fails (`notify_fail_collector_task`), the collector task space shrinks by one
+        when it held more than the collectors left (`decrease_collector_task_space`), and
+        nothing waits for it any more: not the schedule, a checkpoint cut, the heartbeat
+        clock nor the shutdown."""
+        super().on_peers_lost(names, where)
+        lost = [name for name in self.collectors if name in names]
+        for collector in lost:
+            self.notify_fail_collector_task(collector, f"rank lost: {where}")
+            self.collectors.remove(collector)
+            if self.collector_space.capacity > len(self.collectors):
+                self.decrease_collector_task_space()
+            if collector in self.waiting_collectors:
+                self.waiting_collectors.remove(collector)
+            self.last_seen.pop(collector, None)
+            self.awaiting_ack.discard(collector)
+            self.checkpoints.forget(collector)
+            self.stats.collectors_lost += 1
+        if lost:
+            self.sink.record(
+                "rank_lost",
+                {
+                    "roles": lost,
+                    "where": where,
+                    "env_steps": self.stats.env_steps,
+                    "collectors_left": len(self.collectors),
+                },
+            )
+            self.sink.say(
+                f"hpcmarl: lost {where}; going on with {len(self.collectors)} collectors "
+                f"(runtime.fault_tolerance=collectors) at {self.position()}"
+            )
+        if not self.collectors and self.phase == "running" and not self.stats.offline:
+            raise RuntimeError(f"lost every collector ({where}): nothing left to collect")
+
+    def notify_fail_collector_task(self, collector: str, cause: str) -> None:
+        """The task a lost collector held is released like a failed one; what it inserted
+        before it died stays in replay and is trained on once."""
+        for task_id, role in list(self.running.items()):
+            if role == collector:
+                del self.running[task_id]
+                self.collector_space.release()
+                self.schedule.on_task_failed(collector, {"task_id": task_id, "cause": cause})
+                self.sink.record(
+                    "task_failed", {"role": collector, "task_id": task_id, "cause": cause}
+                )
 
     def handle_heartbeat(self, msg: Message) -> None:
         """Nothing to do: every message, this one included, proves its sender alive."""

@@ -98,6 +98,14 @@ class CheckpointCoordinator:
         """A task report's cumulative count of bulk messages per destination."""
         self.sent_bulk[role] = dict(sent_bulk)
 
+    def forget(self, role: str) -> None:
+        """A role whose rank died: a cut neither waits for its file nor expects its messages;
+        the shards stop counting what it sent, once they hear of the loss themselves."""
+        self.sent_bulk.pop(role, None)
+        if self.cut is not None:
+            self.cut.cutting.discard(role)
+            self.cut.writing.discard(role)
+
     def starting_learners(self) -> set[str]:
         """Learners that have reported no bulk count yet: their start-up push of their groups'
         weights (sent before any task) is counted by their first task request, and a cut taken
@@ -148,7 +156,11 @@ class CheckpointCoordinator:
 
     def request_states(self, cut: Cut) -> None:
         commander = self.commander
-        roles = [n for n, k in commander.topology.kind_of.items() if k in STATEFUL_KINDS]
+        roles = [
+            name
+            for name, kind in commander.topology.kind_of.items()
+            if kind in STATEFUL_KINDS and name not in commander.lost_peers
+        ]
         expect: dict[str, dict[str, int]] = {}
         for src, per_dst in self.sent_bulk.items():
             for dst, count in per_dst.items():

@@ -29,6 +29,8 @@ class RunStats:
         self.eval_returns: list[float] = []
         self.eval_agent_returns: dict[str, float] = {}
         """Per agent, the mean return of the last evaluation."""
+        self.collectors_lost = 0
+        """Collectors whose rank died while the run went on (runtime.fault_tolerance)."""
         self._last = (self.start, 0, 0)
 
     def counters(self) -> dict[str, Any]:
@@ -132,6 +134,7 @@ class RunStats:
             "replay_evicted": self.replay_evicted(),
             "replay_dropped": self.replay_dropped(),
             "version_lag": self.version_lag(),
+            "collectors_lost": self.collectors_lost,
             "eta_s": self.eta(steps_per_s, updates_per_s, schedule_done),
         }
 

@@ -1,7 +1,8 @@
 """Fault injection for tests: make a chosen role fail on purpose, switched on by environment.
 
 `HPCMARL_FAULT=<role kind or name>:<poll number>[:<action>]` makes that role, on its N-th poll,
-`raise` (the default) a RuntimeError, or `exit` the process at once with code 17. Tests use it
+`raise` (the default) a RuntimeError, `exit` the process at once with code 17, or `kill` it
+with SIGKILL, as `kill -9` or the OOM killer would. Tests use it
 to prove that any role's failure ends the whole job quickly instead of hanging it.
 
 `HPCMARL_FAULT_WRITE_DELAY=<role kind or name>:<seconds>[:<writes>]` makes that role's checkpoint
@@ -13,6 +14,7 @@ that many checkpoints are slow, so a test pays the delay once rather than at eve
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 _spec: tuple[str, int, str] | None | bool = False
@@ -54,4 +56,6 @@ def maybe_inject(role: Any) -> None:
         return
     if action == "exit":
         os._exit(17)
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
     raise RuntimeError(f"injected fault in {role.name} at poll {at_poll}")

@@ -1,0 +1,97 @@
+"""What a rank does when its transport learns that other ranks are gone (comm/failures.py).
+
+With `runtime.fault_tolerance: collectors` a run goes on without a rank that hosted collectors
+only: each role left is told which peers are gone (`Role.on_peers_lost`) and forgets them; the
+commander releases their tasks and shrinks the collector task space (DI-engine's
+`notify_fail_collector_task`, `decrease_collector_task_space`). The loss of any other role (a
+learner, a replay shard, a parameter server, the commander) still ends the job, with a line
+naming the rank, its host and its roles: their state is not replicated anywhere, and the run
+resumes from its newest checkpoint instead.
+"""
+
+from __future__ import annotations
+
+from ..comm.failures import ulfm_enabled
+from ..config.schema import JobConfig
+from ..core import Role
+from ..errors import UserError
+from .topology import Topology
+
+SURVIVABLE_KINDS = frozenset({"collector"})
+
+
+class RankLost(RuntimeError):
+    """A rank the run cannot go on without is gone."""
+
+
+class LeaveQuietly(RuntimeError):
+    """This rank ends because the job does, and another rank says why."""
+
+
+def fault_tolerance_line(cfg: JobConfig, under_mpi: bool) -> str:
+    """The start-up line of a job that asks to survive lost collectors: whether it will.
+    A deterministic run is refused: its schedule replays a fixed set of collectors."""
+    if cfg.runtime.fault_tolerance != "collectors":
+        return ""
+    if cfg.commander.deterministic:
+        raise UserError(
+            "runtime.fault_tolerance=collectors cannot keep commander.deterministic's "
+            "schedule, which needs every collector: set one of them back"
+        )
+    if not under_mpi:
+        return "hpcmarl: fault tolerance: none in one process (runtime.fault_tolerance)"
+    if ulfm_enabled():
+        return (
+            "hpcmarl: fault tolerance: collectors (a rank hosting only collectors may die; "
+            "the run goes on without it)"
+        )
+    return (
+        "hpcmarl: fault tolerance: off, so any lost rank ends the job: it needs Open MPI "
+        "started with --with-ft ulfm (tools/mpirun.sh passes it when the command line sets "
+        "runtime.fault_tolerance=collectors); MPICH and srun always fail fast"
+    )
+
+
+def lost_roles(topology: Topology, ranks: set[int]) -> list[str]:
+    """The role instances the lost ranks hosted, in rank order."""
+    return [name for rank in sorted(ranks) for name in topology.roles_on(rank)]
+
+
+def describe_ranks(topology: Topology, ranks: set[int]) -> str:
+    """`rank 5 (collector1, collector6) on host hpc2`, for each lost rank."""
+    parts = []
+    for rank in sorted(ranks):
+        host = f" on host {topology.hosts[rank]}" if rank < len(topology.hosts) else ""
+        parts.append(f"rank {rank} ({', '.join(topology.roles_on(rank))}){host}")
+    return "; ".join(parts)
+
+
+def on_ranks_lost(
+    ranks: set[int],
+    lost: set[int],
+    roles: list[Role],
+    topology: Topology,
+    fault_tolerance: str,
+    rank: int,
+) -> None:
+    """Tell this rank's roles of the loss of `ranks` (`lost`: every rank gone so far), or end
+    the job when the run cannot go on.
+
+    Under fault tolerance `MPI_Abort` did not end every rank (measured: two of eight ranks
+    went on), so each rank leaves by itself: the lowest rank left raises `RankLost`, whose
+    line names what was lost, and every other rank raises `LeaveQuietly`."""
+    names = lost_roles(topology, ranks)
+    fatal = [n for n in names if topology.kind_of[n] not in SURVIVABLE_KINDS]
+    if fault_tolerance == "collectors" and not fatal:
+        for role in roles:
+            if not role.finished:
+                role.on_peers_lost(set(names), describe_ranks(topology, ranks))
+        return
+    if rank != min(set(range(topology.world_size)) - lost):
+        raise LeaveQuietly(f"lost {describe_ranks(topology, ranks)}")
+    why = (
+        "runtime.fault_tolerance is none"
+        if fault_tolerance != "collectors"
+        else f"{', '.join(fatal)} cannot be replaced; resume from the newest checkpoint"
+    )
+    raise RankLost(f"lost {describe_ranks(topology, ranks)}: {why}")
