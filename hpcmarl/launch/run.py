@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..comm.doorbell import make_doorbell
-from ..comm.failures import exit_now, is_peer_failure, ulfm_enabled
+from ..comm.failures import die_seen, exit_now, is_peer_failure, ulfm_enabled
 from ..comm.progress import Backoff
 from ..comm.transport import LocalTransport, MpiTransport
 from ..config.loader import job_from_dict, job_to_dict, load_job
@@ -40,7 +40,7 @@ from .build import (
     time_limit_line,
 )
 from .hosts import check_cuda_hosts, check_hosts, dataset_readers
-from .losses import LeaveQuietly, fault_tolerance_line, on_ranks_lost
+from .losses import LeaveQuietly, RankLost, fault_tolerance_line, on_ranks_lost
 from .lost_rank import write_rank_map
 from .memory import Node, check_memory, gather_nodes, storage_line
 from .output import check_streams_writable
@@ -357,10 +357,14 @@ def fail_rank(
     if not quiet_failure(err, comm):
         print(*ending, sep="\n", file=sys.stderr, flush=True)
     if comm is not None and ulfm_enabled():
-        # Under fault tolerance MPI_Abort left ranks running (losses.py): each rank leaves
-        # by itself, and its peers see it go.
+        # Under fault tolerance MPI_Abort left ranks running (losses.py). A rank that ends
+        # because the job does exits 1 (mpirun's exit code comes from these: it was 0 when
+        # every rank died of a signal); a rank that fails first dies of SIGKILL, the one
+        # death its peers hear of (then a collector's is survived, any other ends the job).
         time.sleep(ABORT_DRAIN_S)
-        exit_now(1)
+        if quiet_failure(err, comm) or isinstance(err, RankLost):
+            exit_now(1)
+        die_seen()
     if comm is not None:
         # The launcher forwards our stderr through a pipe; MPICH's tears the job down on
         # Abort and once dropped the line still in that pipe. A moment to drain it first.
