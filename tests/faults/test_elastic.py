@@ -60,7 +60,7 @@ def test_a_collector_killed_mid_run_is_survived_and_the_run_resumes(tmp_path: Pa
     assert rows(tmp_path, "finished")[0]["env_steps"] >= 5000
     assert not rank_pids(tmp_path), "ranks left behind"
 
-    more = ["commander.max_env_steps=5500", "topology.collectors=1"]
+    more = ["commander.max_env_steps=5500", "topology.collectors=1", "topology.colocate=true"]
     resumed = run_local(["-m", "hpcmarl", "resume", str(tmp_path), *more], timeout=180)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "hpcmarl: resumed from checkpoint" in resumed.stdout

@@ -78,3 +78,20 @@ def test_kill_9_of_a_rank_on_host_2_ends_the_job_on_every_host(
     while cluster.processes(job.mark) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not cluster.processes(job.mark), f"left on the hosts: {cluster.processes(job.mark)}"
+
+
+def test_a_collector_rank_lost_on_host_2_is_survived(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """runtime.fault_tolerance=collectors across hosts: rank 5 on hpc2 (collector1 and
+    collector9, nothing else) kills itself early, and the run goes on to its budget."""
+    monkeypatch.setenv("HPCMARL_FAULT", "collector1:300:kill")
+    args = ["commander.max_env_steps=4000", "commander.stop_value=null"]
+    job = ClusterJob(
+        2, 8, [*args, "runtime.fault_tolerance=collectors", f"runtime.run_dir={tmp_path}"]
+    )
+    out, err = job.finish(200, "a run that lost a collector rank on hpc2 did not end")
+    assert job.returncode == 0, err[-3000:]
+    assert "hpcmarl: lost rank 5 (collector1, collector9) on host hpc2; going on with 8" in out
+    assert "hpcmarl: finished: step budget reached" in out
+    assert not cluster.processes(job.mark), f"left on the hosts: {cluster.processes(job.mark)}"
