@@ -11,6 +11,8 @@ import sys
 
 USAGE = """usage: python -m hpcmarl [train] [JOB.yaml] [key=value ...]
        python -m hpcmarl resume RUN_DIR [key=value ...]   continue from the newest checkpoint
+       python -m hpcmarl scale RUN_DIR collectors=-N|+N   retire (or put back) collectors of a
+                                                          running job
        python -m hpcmarl analyze RUN_DIR_OR_FILE... [--out DIR] [--json]
        python -m hpcmarl export FILE --format minari|d4rl [--agent ID | --team] [--out PATH]
        python -m hpcmarl evaluate RUN_DIR [--episodes N] [--checkpoint ID] [--json]
@@ -49,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         return evaluate_main(args[1:])
     if args and args[0] == "resume":
         return resume(args[1:])
+    if args and args[0] == "scale":
+        from .launch.scaling import scale_main
+
+        return scale_main(args[1:])
     if args and args[0] == "train":
         args = args[1:]
     job_path = args[0] if args and "=" not in args[0] else None

@@ -21,6 +21,7 @@ from ..comm.transport import LocalTransport
 from ..config.schema import JobConfig
 from ..core import Role
 from ..launch import signals
+from ..launch.scaling import take_requests
 from ..launch.topology import Topology
 from ..metrics import MetricsSink, run_dir_line
 from ..population import Population, server_for
@@ -57,6 +58,11 @@ class Commander(Role):
         self.collector_space = TaskSpace(space)
         self.learner_space = TaskSpace(len(self.learners))
         self.waiting_collectors: deque[str] = deque()
+        self.retired: list[str] = []
+        """Collectors `python -m hpcmarl scale` retired, in order: they take no task."""
+        self.parked: set[str] = set()
+        """Retired collectors that asked for a task: they get one when put back to work."""
+        self.last_control = time.monotonic()
         self.waiting_learners: set[str] = set()
         self.running: dict[str, str] = {}
         self.stats = RunStats(cfg.commander, offline=bool(cfg.offline.dataset))
@@ -134,6 +140,7 @@ class Commander(Role):
         if self.phase == "stopping" and not self.awaiting_ack:
             self.conclude()
             return True
+        self.check_control()
         self.check_shutdown_timeout()
         self.check_heartbeats()
         self.check_stall()
@@ -142,7 +149,9 @@ class Commander(Role):
     # -- messages -------------------------------------------------------------------------
     def handle_task_request(self, msg: Message) -> None:
         self.checkpoints.note_sent(msg.src, msg.meta.get("sent_bulk", {}))
-        if self.topology.kind_of[msg.src] == "collector":
+        if msg.src in self.retired:
+            self.parked.add(msg.src)
+        elif self.topology.kind_of[msg.src] == "collector":
             self.waiting_collectors.append(msg.src)
         else:
             self.waiting_learners.add(msg.src)
@@ -220,6 +229,9 @@ class Commander(Role):
                 self.decrease_collector_task_space()
             if collector in self.waiting_collectors:
                 self.waiting_collectors.remove(collector)
+            if collector in self.retired:
+                self.retired.remove(collector)
+            self.parked.discard(collector)
             self.last_seen.pop(collector, None)
             self.awaiting_ack.discard(collector)
             self.checkpoints.forget(collector)
@@ -393,6 +405,59 @@ class Commander(Role):
             self.sink.record(kind, {**row, "episodes": self.stats.episodes})
         for line in self.schedule.lines():
             self.sink.say(line)
+
+    def check_control(self) -> None:
+        """About once a second: requests of `python -m hpcmarl scale` (launch/scaling.py)."""
+        now = time.monotonic()
+        if now - self.last_control < 1.0 or self.phase != "running":
+            return
+        self.last_control = now
+        for request in take_requests(self.cfg.runtime.run_dir):
+            if "error" in request:
+                self.sink.say(f"hpcmarl: scale: ignored {request['error']}")
+            else:
+                self.scale_collectors(int(request["collectors"]))
+
+    def scale_collectors(self, delta: int) -> None:
+        """Retire collectors (each ends its task in hand first) or put retired ones back to
+        work; the collector task space follows the collectors at work."""
+        asked = f"collectors {delta:+d}"
+        if self.cfg.commander.deterministic:
+            self.sink.say(
+                f"hpcmarl: scale: {asked} refused: deterministic mode's schedule "
+                "needs every collector"
+            )
+            return
+        working = [c for c in self.collectors if c not in self.retired]
+        if delta < 0:
+            moved = working[len(working) - min(-delta, len(working) - 1) :]
+            self.retired += moved
+            for name in moved:
+                if name in self.waiting_collectors:
+                    self.waiting_collectors.remove(name)
+                    self.parked.add(name)
+            excess = self.collector_space.capacity - (len(working) - len(moved))
+            if excess > 0:  # never more task space than collectors at work
+                self.decrease_collector_task_space(excess)
+            what = f"{', '.join(moved) or 'none'} retired (one collector always works)"
+        else:
+            moved = self.retired[len(self.retired) - min(delta, len(self.retired)) :]
+            self.retired = self.retired[: len(self.retired) - len(moved)]
+            for name in moved:
+                if name in self.parked:
+                    self.parked.discard(name)
+                    self.waiting_collectors.append(name)
+            if self.cfg.commander.collector_task_space in (None, 0):
+                self.increase_collector_task_space(len(moved))
+            what = f"{', '.join(moved) or 'none'} back at work"
+            if len(moved) < delta:
+                what += f"; {delta - len(moved)} more would need new ranks (not yet)"
+        at_work = len(self.collectors) - len(self.retired)
+        self.sink.say(f"hpcmarl: scale: {asked}: {what}; {at_work} collectors at work")
+        self.sink.record(
+            "scale",
+            {"asked": delta, "moved": moved, "at_work": at_work, "env_steps": self.stats.env_steps},
+        )
 
     def increase_collector_task_space(self, n: int = 1) -> None:
         """Resume paused collectors."""
