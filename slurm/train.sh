@@ -37,10 +37,13 @@
 # reaches only this shell) or a TERM to this shell is written into HPCMARL_SIGNAL_FILE, which
 # the commander reads within a second; every rank then checkpoints and exits with 75, and this
 # script requeues the job, which resumes from the checkpoint in the same run directory. Exit 0
-# from the launcher is a finished run; any other code is a crash: no requeue.
+# from the launcher is a finished run; 76 a run that lost a rank it needs under
+# runtime.fault_tolerance=collectors (a failed node): requeued the same way, within
+# HPCMARL_MAX_REQUEUES; any other code is a crash: no requeue.
 set -uo pipefail
 
 EXIT_CHECKPOINTED=75
+EXIT_RANK_LOST=76 # runtime.fault_tolerance=collectors lost a learner, shard, server or commander
 
 # Site modules (a site MPI with HPCMARL_LAUNCHER=srun, CUDA) load here, before the launcher:
 #   source /etc/profile.d/modules.sh   # when the batch shell lacks the module function
@@ -135,6 +138,16 @@ conclude() {
         say "checkpointed, but not requeued: $restarts of $max requeues spent" \
           "(HPCMARL_MAX_REQUEUES); continue with HPCMARL_RUN_DIR=$RUN_DIR sbatch slurm/train.sh ..."
       fi
+      exit "$rc" ;;
+    "$EXIT_RANK_LOST")
+      if [ -n "${SLURM_JOB_ID:-}" ] && [ "$restarts" -lt "$max" ]; then
+        say "lost a rank it cannot go on without (exit 76): requeueing job $SLURM_JOB_ID" \
+          "(restart $((restarts + 1)) of $max); it resumes from the newest checkpoint in $RUN_DIR"
+        scontrol requeue "$SLURM_JOB_ID" || { say "error: scontrol requeue failed"; exit "$rc"; }
+        exit 0
+      fi
+      say "lost a rank (exit 76), not requeued ($restarts of $max requeues spent, or not" \
+        "under Slurm): resume with python -m hpcmarl resume $RUN_DIR"
       exit "$rc" ;;
     *) say "crashed (exit $rc): not requeued; see the lines above and $RUN_DIR/logs/"; exit "$rc" ;;
   esac

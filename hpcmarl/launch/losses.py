@@ -18,6 +18,9 @@ from ..errors import UserError
 from .topology import Topology
 
 SURVIVABLE_KINDS = frozenset({"collector"})
+EXIT_RANK_LOST = 76
+"""Exit code of every rank when a rank the run cannot go on without died (under fault
+tolerance): `slurm/train.sh` requeues it, and the run resumes from its newest checkpoint."""
 
 
 class RankLost(RuntimeError):

@@ -40,7 +40,13 @@ from .build import (
     time_limit_line,
 )
 from .hosts import check_cuda_hosts, check_hosts, dataset_readers
-from .losses import LeaveQuietly, RankLost, fault_tolerance_line, on_ranks_lost
+from .losses import (
+    EXIT_RANK_LOST,
+    LeaveQuietly,
+    RankLost,
+    fault_tolerance_line,
+    on_ranks_lost,
+)
 from .lost_rank import write_rank_map
 from .memory import Node, check_memory, gather_nodes, storage_line
 from .output import check_streams_writable
@@ -362,7 +368,9 @@ def fail_rank(
         # every rank died of a signal); a rank that fails first dies of SIGKILL, the one
         # death its peers hear of (then a collector's is survived, any other ends the job).
         time.sleep(ABORT_DRAIN_S)
-        if quiet_failure(err, comm) or isinstance(err, RankLost):
+        if isinstance(err, (RankLost, LeaveQuietly)):
+            exit_now(EXIT_RANK_LOST)
+        if quiet_failure(err, comm):
             exit_now(1)
         die_seen()
     if comm is not None:

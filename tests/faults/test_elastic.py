@@ -92,7 +92,7 @@ def test_a_lost_learner_still_ends_the_job_with_one_line(tmp_path: Path) -> None
     _, err = job.finish(60, "kill -9 of learner0 under fault tolerance did not end the job")
     took = time.monotonic() - killed
     print(f"job ended {took:.1f} s after kill -9 of learner0")
-    assert job.returncode != 0
+    assert job.returncode == 76  # slurm/train.sh requeues it
     assert took < 10
     lines = [line.strip("\x00 ") for line in err.splitlines()]
     failed = [line for line in lines if line.startswith("hpcmarl: failed:")]
