@@ -67,6 +67,26 @@ def test_a_collector_killed_mid_run_is_survived_and_the_run_resumes(tmp_path: Pa
     assert rows(tmp_path, "finished")[-1]["env_steps"] >= 5500
 
 
+def test_a_collector_killed_while_a_checkpoint_is_written_does_not_hold_it(
+    tmp_path: Path,
+) -> None:
+    """collector1's first checkpoint file waits 60 s to be written; its rank is killed once
+    the other roles' files of that checkpoint are on disk: the checkpoint commits without it,
+    and the run goes on to its budget."""
+    args = [*TOLERANT, *SEVEN_RANKS, "commander.max_env_steps=6000", "checkpoint.interval_s=4"]
+    slow = {"HPCMARL_FAULT_WRITE_DELAY": "collector1:60:1"}
+    job = BackgroundJob(7, [*args, f"runtime.run_dir={tmp_path}"], env=slow)
+    first = tmp_path / "checkpoints" / "000001"
+    job.wait_for(lambda: len(list(first.glob("learner0*"))) > 0, 150, "checkpoint 1's files")
+    os.kill(rank_pids(tmp_path)[5], signal.SIGKILL)  # collector1, still writing
+    out, err = job.finish(180, "a run that lost a collector during a checkpoint")
+    assert job.returncode == 0, err[-3000:]
+    assert "hpcmarl: lost rank 5 (collector1)" in out
+    assert "hpcmarl: checkpoint 000001 written" in out, out[-3000:]
+    assert not list(first.glob("collector1*"))
+    assert "hpcmarl: finished: step budget reached" in out
+
+
 def test_an_exception_in_a_collector_is_survived(tmp_path: Path) -> None:
     """The failing rank prints its line and leaves by SIGKILL: a rank that exits without
     MPI_Finalize is never reported to its peers under ULFM (they waited for good)."""
