@@ -28,6 +28,15 @@ import numpy as np
 
 from hpcmarl.replay.table import ReplayTable, SampleInfo
 
+_ZERO_32, _NONE_32 = np.zeros((), np.int32), np.full((), -1, np.int32)
+_ZERO, _ONE, _NONE = np.zeros((), np.int64), np.ones((), np.int64), np.full((), -1, np.int64)
+_AGENT_SPAN = np.full((), 65_536, np.int64)
+"""Operands for arithmetic on arrays of a few rows, which is all call overhead: numpy takes a
+0-d array of the operand's dtype about twice as fast as a Python int, which it converts first."""
+FEW_STARTS = 8
+"""Up to this many rows of a sample whose stacks reach back past their run's first held row
+(one or two of 64, typically) are filled one by one: a dozen vectorised calls cost more."""
+
 
 @dataclass(frozen=True)
 class StorageForm:
@@ -59,7 +68,7 @@ class StorageForm:
 
 def run_keys(episode_id: np.ndarray, agent_id: np.ndarray) -> np.ndarray:
     """One int64 per run: episode ids are below 2^47 (collector index x 10^9 + count)."""
-    return episode_id.astype(np.int64, copy=False) * 65_536 + agent_id
+    return episode_id.astype(np.int64, copy=False) * _AGENT_SPAN + agent_id
 
 
 def chain_runs(
@@ -84,6 +93,26 @@ def _chain_runs(
     prev[after] = ids[before]
     nxt[before] = ids[after]
     return order, same, prev, nxt, not (after < before).any()
+
+
+def run_blocks(keys: np.ndarray, steps: np.ndarray) -> np.ndarray | None:
+    """The rows after which another run's rows follow, when every run's rows form one block of
+    the batch in step order, the way collectors send them; None otherwise (and for an empty
+    batch). Each other row's successor is then the row after it: what `chain_runs` finds
+    with a sort and a dozen more numpy calls."""
+    n = len(keys)
+    if n == 0:
+        return None
+    cut = keys[1:] != keys[:-1]
+    if np.count_nonzero(cut | (steps[1:] >= steps[:-1])) != n - 1:
+        return None
+    ends = cut.nonzero()[0]
+    if len(ends):
+        listed = keys.tolist()
+        heads = {listed[row + 1] for row in ends.tolist()}
+        if listed[0] in heads or len(heads) < len(ends):  # a run in two blocks
+            return None
+    return ends
 
 
 def stored_bytes_per_row(columns: dict[str, tuple[str, tuple[int, ...]]], form: StorageForm) -> int:
@@ -113,7 +142,8 @@ class SideStore:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.entry = np.full(capacity, -1, np.int32)
-        """Slot -> its entry in the pool (-1: none)."""
+        """Slot -> its entry in the pool (-1: none). Read and written by insert id with
+        `take` / `put` in mode "wrap", which find the slot (id % capacity) themselves."""
         self.ids = np.zeros(0, np.int64)
         """Entry -> the insert id of the row it belongs to (-1: free)."""
         self.values: np.ndarray | None = None
@@ -128,13 +158,12 @@ class SideStore:
             return
         if self.values is None:
             self.values = np.zeros((0, *values.shape[1:]), values.dtype)
-        slots = ids % self.capacity
-        entries = self.entry[slots]
-        fresh = np.flatnonzero(entries < 0)
+        entries = self.entry.take(ids, mode="wrap")
+        fresh = (entries < _ZERO_32).nonzero()[0]
         if len(fresh):
             entries[fresh] = self._take(len(fresh))
-            self.entry[slots] = entries
-        self.ids[entries] = ids
+            self.entry.put(ids, entries, mode="wrap")
+        self.ids.put(entries, ids)
         self.values[entries] = values
 
     def _take(self, n: int) -> np.ndarray:
@@ -154,10 +183,10 @@ class SideStore:
 
     def _held(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The entries of `ids`' slots, and whether each one belongs to its row."""
-        entries = self.entry[ids % self.capacity]
+        entries = self.entry.take(ids, mode="wrap")
         if len(self.ids) == 0:
             return entries, np.zeros(len(ids), bool)
-        return entries, (entries >= 0) & (self.ids[entries] == ids)
+        return entries, (entries >= _ZERO_32) & (self.ids[entries] == ids)
 
     def discard(self, ids: np.ndarray) -> None:
         """Drop the entries of `ids` (those present)."""
@@ -170,18 +199,20 @@ class SideStore:
         """Drop the values of the held rows `gone` and keep `values` for the rows `ids`, whose
         slots hold nothing (the ring evicted them): as `discard` then `add`, with the entries
         of `gone` handed on to `ids` (a run's newest row passes its place to its successor)."""
+        m = len(gone)
         entries, mine = self._held(gone)
-        if not mine.all() or len(gone) > len(ids) or len(gone) == 0:
+        if m == 0 or m > len(ids) or np.count_nonzero(mine) < m:
             self.discard(gone)
             self.add(ids, values)
             return
         assert self.values is not None
-        m = len(gone)
-        self.entry[gone % self.capacity] = -1
-        self.entry[ids[:m] % self.capacity] = entries
-        self.ids[entries] = ids[:m]
-        self.values[entries] = values[:m]
-        self.add(ids[m:], values[m:])
+        taking, rest = (ids, None) if m == len(ids) else (ids[:m], ids[m:])
+        self.entry.put(gone, _NONE_32, mode="wrap")
+        self.entry.put(taking, entries, mode="wrap")
+        self.ids.put(entries, taking)
+        self.values[entries] = values if rest is None else values[:m]
+        if rest is not None:
+            self.add(rest, values[m:])
 
     def _release(self, slots: np.ndarray, entries: np.ndarray) -> None:
         self.entry[slots] = -1
@@ -192,17 +223,20 @@ class SideStore:
     def get(self, ids: np.ndarray) -> np.ndarray:
         """The values of `ids`, every one of which must be held."""
         entries, mine = self._held(ids)
-        if not mine.all():
+        if np.count_nonzero(mine) < len(ids):
             raise KeyError("a compact table lost a row's kept-aside value; this is a bug")
         assert self.values is not None
-        return self.values[entries]
+        return self.values.take(entries, axis=0)
 
-    def evict(self, slots: np.ndarray) -> None:
+    def evict(self, slots: np.ndarray | slice) -> None:
         """The ring is about to overwrite `slots`: their rows' values go."""
         entries = self.entry[slots]
-        held = entries >= 0
-        if held.any():
-            self._release(slots[held], entries[held])
+        held = entries[entries >= _ZERO_32]
+        if len(held):
+            self.entry[slots] = -1
+            self.ids.put(held, _NONE)
+            self.free[self.n_free : self.n_free + len(held)] = held
+            self.n_free += len(held)
 
     def nbytes(self) -> int:
         values = 0 if self.values is None else self.values.nbytes
@@ -230,8 +264,10 @@ class CompactTable:
     def __init__(self, table: ReplayTable, form: StorageForm) -> None:
         self.table, self.form = table, form
         capacity = table.capacity
-        self._prev = np.full(capacity, -1, np.int64)
-        """Slot -> insert id of the row before it in its run (-1: the run starts here)."""
+        self._back = np.full(capacity, -1, np.int64)
+        """Slot -> insert id of the row before it in its run, or its own for its run's first
+        held row: a link never leaves the ring (`_pass_on_stacks` points a row at itself
+        before its predecessor goes), so k - 1 gathers give a stack's rows (stack_num > 1)."""
         self._next = np.full(capacity, -1, np.int64)
         """Slot -> insert id of the row after it in its run (-1: none held yet)."""
         self._open: dict[int, int] = {}
@@ -240,6 +276,7 @@ class CompactTable:
         """Whole observation stacks of the rows that start a run (stack_num > 1)."""
         self.next_frames = SideStore(capacity)
         """Next observations (their newest frame) of rows with no successor (ignore_obs_next)."""
+        self._used = self._used_stores()
 
     # The table's counters, as the shard and its checkpoint read them.
     @property
@@ -265,7 +302,7 @@ class CompactTable:
     def nbytes(self) -> int:
         """Bytes this table holds: its columns, links and kept-aside values."""
         side = sum(store.nbytes() for _, store in self._stores())
-        return self.table.nbytes() + self._prev.nbytes + self._next.nbytes + side
+        return self.table.nbytes() + self._back.nbytes + self._next.nbytes + side
 
     def update_priorities(
         self, indices: np.ndarray, insert_ids: np.ndarray, td_errors: np.ndarray
@@ -280,52 +317,76 @@ class CompactTable:
             self.table.skip(n - capacity)
             n = capacity
         first_id = self.table.total_inserted
-        ids = first_id + np.arange(n, dtype=np.int64)
-        slots = ids % capacity
+        ids = np.arange(first_id, first_id + n, dtype=np.int64)
+        start = first_id % capacity  # a slice indexes the slots faster, unless they wrap
+        slots = slice(start, start + n) if start + n <= capacity else ids % capacity
         oldest = first_id + n - min(self.size + n, capacity)  # the oldest row held afterwards
         heirs = self._pass_on_stacks(oldest)
-        for store in self._used_stores():  # the rows the ring overwrites now
+        for store in self._used:  # the rows the ring overwrites now
             store.evict(slots)
+        batch, keys, prev, nxt, heads, tails = self._chain(batch, ids)
+        held, joined = self._join_open_runs(batch, keys, heads, tails, first_id, oldest)
+        held_ids = np.array(held, np.int64)
+        if held:
+            prev.put(joined, held_ids)
+        starts, alone = (prev < _ZERO).nonzero()[0], (nxt < _ZERO).nonzero()[0]
+        self.table.insert(self._stored(batch))
+        self._keep_aside(batch, ids, starts, alone, heirs, held_ids)
+        if len(starts):  # a run's first held row links to itself
+            prev[starts] = ids[starts]
+        self._back[slots], self._next[slots] = prev, nxt
+        if held:
+            self._next.put(held_ids, ids[joined], mode="wrap")  # at slots id % capacity
+
+    def _chain(
+        self, batch: dict[str, np.ndarray], ids: np.ndarray
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, list[int], list[int]]:
+        """The batch (its runs' rows in step order), its run keys, each row's predecessor and
+        successor ids here (-1: none) and the first and last rows of its runs. A batch whose
+        runs come as blocks in step order (as collectors send them) needs no sort."""
         keys = run_keys(batch["episode_id"], batch["agent_id"])
+        ends = run_blocks(keys, batch["step"])
+        if ends is not None:
+            prev, nxt = ids - _ONE, ids + _ONE
+            prev[0], nxt[-1] = -1, -1
+            prev[1:].put(ends, _NONE)  # `put`: a scatter of few rows at half the cost
+            nxt.put(ends, _NONE)
+            tails = ends.tolist()
+            return batch, keys, prev, nxt, [0, *(row + 1 for row in tails)], [*tails, len(ids) - 1]
         order, same, prev, nxt, in_order = _chain_runs(keys, batch["step"], ids)
         if not in_order:  # a run's rows out of step order
             batch = self._in_step_order(batch)
             keys = run_keys(batch["episode_id"], batch["agent_id"])
             order, same, prev, nxt = chain_runs(keys, batch["step"], ids)
-        held, successors = self._join_open_runs(batch, keys, order, same, first_id, oldest)
-        prev[successors - first_id] = held
-        self.table.insert(self._stored(batch))
-        self._prev[slots], self._next[slots] = prev, nxt
-        if len(held):
-            self._next[held % capacity] = successors
-        self._keep_aside(batch, ids, prev, nxt, heirs, held)
+        edges = np.concatenate([[True], ~same, [True]])
+        return batch, keys, prev, nxt, order[edges[:-1]].tolist(), order[edges[1:]].tolist()
 
     def _join_open_runs(
         self,
         batch: dict[str, np.ndarray],
         keys: np.ndarray,
-        order: np.ndarray,
-        same: np.ndarray,
+        heads: list[int],
+        tails: list[int],
         first_id: int,
         oldest: int,
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[list[int], list[int]]:
         """Link each run's first row here to the held row before it (a run still open), and
-        open the runs whose last row here has not ended: (held rows, their successors here)."""
-        edges = np.concatenate([[True], ~same, [True]])
-        heads, tails = order[edges[:-1]], order[edges[1:]]
-        ended = (batch["terminations"] | batch["truncations"])[tails].tolist()
-        open_runs, held, successors = self._open, [], []
-        for row, key in zip(heads.tolist(), keys[heads].tolist(), strict=True):
-            before = open_runs.pop(key, -1)
+        open the runs whose last row here has not ended: (held rows, the rows here they lead
+        to)."""
+        ended = (batch["terminations"] | batch["truncations"]).tolist()
+        listed = keys.tolist()
+        open_runs, held, joined = self._open, [], []
+        for row in heads:
+            before = open_runs.pop(listed[row], -1)
             if before >= oldest:
                 held.append(before)
-                successors.append(first_id + row)
-        for row, key, end in zip(tails.tolist(), keys[tails].tolist(), ended, strict=True):
-            if not end:
-                open_runs[key] = first_id + row
+                joined.append(row)
+        for row in tails:
+            if not ended[row]:
+                open_runs[listed[row]] = first_id + row
         if len(open_runs) > 4096:
             self._open = {key: i for key, i in open_runs.items() if i >= oldest}
-        return np.array(held, np.int64), np.array(successors, np.int64)
+        return held, joined
 
     @staticmethod
     def _in_step_order(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -344,16 +405,17 @@ class CompactTable:
         held_from = self.table.total_inserted - self.size
         if oldest <= held_from:
             return None
-        leaving = np.arange(held_from, min(oldest, self.table.total_inserted))
-        heirs = self._next[leaving % self.capacity]
-        heirs = heirs[heirs >= oldest]  # no two rows share a successor: no repeats
+        start, leaving = held_from % self.capacity, oldest - held_from  # oldest <= total
+        if start + leaving <= self.capacity:
+            after = self._next[start : start + leaving]
+        else:
+            after = self._next[(held_from + np.arange(leaving)) % self.capacity]
+        heirs = after[after >= oldest]  # no two rows share a successor: no repeats
         if len(heirs) == 0:
             return None
-        rows = self._chains(heirs)
-        stacks = self.table.column("observations")[rows % self.capacity]
-        self._fill_from_first_stacks(stacks, rows)
-        self._prev[heirs % self.capacity] = -1
-        return heirs, stacks.reshape(len(heirs), -1)
+        stacks = self._stacks(heirs).reshape(len(heirs), -1)
+        self._back.put(heirs, heirs, mode="wrap")
+        return heirs, stacks
 
     def _stored(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         stored = dict(batch)
@@ -371,23 +433,21 @@ class CompactTable:
         self,
         batch: dict[str, np.ndarray],
         ids: np.ndarray,
-        prev: np.ndarray,
-        nxt: np.ndarray,
+        starts: np.ndarray,
+        alone: np.ndarray,
         heirs: tuple[np.ndarray, np.ndarray] | None,
         joined: np.ndarray,
     ) -> None:
-        """Whole stacks of the rows that now start a run (the batch's and the heirs of evicted
-        rows, in one pass); next observations of the rows with no successor, in place of those
-        of the held rows this batch joined."""
+        """Whole stacks of the rows that now start a run (`starts`: the batch's; and the heirs
+        of evicted rows); next observations of the rows with no successor (`alone`), in place
+        of those of the held rows this batch `joined`."""
         if self.form.stack_num > 1:
-            starts = np.flatnonzero(prev < 0)
-            if len(starts):
+            if len(starts):  # most batches start no run: then the heirs alone
                 self.first_stacks.add(ids[starts], batch["observations"][starts])
-            if heirs is not None:  # most batches start no run: then the heirs alone
+            if heirs is not None:
                 self.first_stacks.add(*heirs)
         if self.form.ignore_obs_next:
             frame = batch["observations"].shape[1] // self.form.stack_num
-            alone = np.flatnonzero(nxt < 0)
             values = batch["next_observations"][alone, -frame:]
             self.next_frames.replace(joined, ids[alone], values)
 
@@ -398,68 +458,71 @@ class CompactTable:
         return self.rebuild(columns, info.insert_ids), info
 
     def rebuild(self, columns: dict[str, np.ndarray], ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Full rows from the stored columns of the rows `ids`. With `ignore_obs_next` the
-        frames of a row's stack and of its successor are gathered in one pass, and the two
-        observations are windows of those k + 1 frames."""
-        k, form = self.form.stack_num, self.form
-        if not form.ignore_obs_next:
+        """Full rows from the stored columns of the rows `ids`. With `ignore_obs_next` a row's
+        next observation is its stack moved on by one frame, with the newest frame of its
+        successor (or the one kept aside) last: one gather of that frame, and a copy of the
+        others, never a second gather of the whole stack."""
+        k = self.form.stack_num
+        if not self.form.ignore_obs_next:
             if k > 1:
-                stacks = self._stacks(ids, columns["observations"])
+                stacks = self._stacks(ids).reshape(len(ids), -1)
                 columns["observations"] = stacks
                 columns["next_observations"] = np.concatenate(
                     [stacks[:, stacks.shape[1] // k :], columns["next_observations"]], axis=1
                 )
             return columns
         stored = self.table.column("observations")
-        (n,), frame, capacity = ids.shape, stored.shape[1], self.capacity
-        rows = np.empty((n, k + 1), np.int64)
-        rows[:, :k] = self._chains(ids) if k > 1 else ids[:, None]
-        after = self._next[ids % capacity]
-        held = after >= 0
-        rows[:, k] = np.where(held, after, ids)
-        frames = stored[rows % capacity]
-        if k > 1:
-            self._fill_from_first_stacks(frames[:, :k], rows[:, :k])
-        if not held.all():
-            alone = np.flatnonzero(~held)
-            frames[alone, k] = self.next_frames.get(ids[alone])
-        columns["observations"] = frames[:, :k].reshape(n, k * frame)
-        columns["next_observations"] = frames[:, 1:].reshape(n, k * frame)
+        stacks = self._stacks(ids) if k > 1 else stored.take(ids, axis=0, mode="wrap")[:, None]
+        after = self._next.take(ids, mode="wrap")
+        held = after >= _ZERO
+        nexts = np.empty_like(stacks)
+        nexts[:, : k - 1] = stacks[:, 1:]
+        nexts[:, k - 1] = stored.take(np.where(held, after, ids), axis=0, mode="wrap")
+        if np.count_nonzero(held) < len(ids):
+            alone = (after < _ZERO).nonzero()[0]
+            nexts[alone, k - 1] = self.next_frames.get(ids[alone])
+        columns["observations"] = stacks.reshape(len(ids), -1)
+        columns["next_observations"] = nexts.reshape(len(ids), -1)
         return columns
 
-    def _stacks(self, ids: np.ndarray, newest: np.ndarray) -> np.ndarray:
-        """The observation stacks of rows `ids`, oldest frame first, from the stored frames.
+    def _stacks(self, ids: np.ndarray) -> np.ndarray:
+        """The observation stacks of rows `ids`, [n, k, frame] with the oldest frame first, from
+        the stored frames.
 
         Each row's predecessors are followed back k - 1 steps at once for every row, and the
         frames of the rows reached (the row itself for the newest) are gathered in one pass; a
         row whose run's first held row came sooner takes its older frames from that row's whole
-        stack. `newest` gives the frames' dtype and width."""
-        k, (n, frame) = self.form.stack_num, newest.shape
+        stack."""
         rows = self._chains(ids)
-        stacks = self.table.column("observations")[rows % self.capacity]
+        stacks = self.table.column("observations").take(rows, axis=0, mode="wrap")
         self._fill_from_first_stacks(stacks, rows)
-        return stacks.reshape(n, k * frame)
+        return stacks
 
     def _chains(self, ids: np.ndarray) -> np.ndarray:
         """int64 [n, k]: the insert id of the row whose frame each position of a row's stack
         holds, newest last; where the run's first held row came sooner, that row's id repeats."""
-        k, prev, capacity = self.form.stack_num, self._prev, self.capacity
-        oldest = self.table.total_inserted - self.size
+        k, back = self.form.stack_num, self._back
         rows = np.empty((len(ids), k), np.int64)
         rows[:, k - 1] = cursor = ids
         for j in range(k - 2, -1, -1):
-            before = prev[cursor % capacity]
-            cursor = rows[:, j] = np.where(before >= oldest, before, cursor)
+            cursor = rows[:, j] = back.take(cursor, mode="wrap")
         return rows
 
     def _fill_from_first_stacks(self, stacks: np.ndarray, rows: np.ndarray) -> None:
         """Frames from before a run's first held row: that row's whole stack has them."""
-        starts = np.flatnonzero(rows[:, 0] == rows[:, 1])
+        starts = (rows[:, 0] == rows[:, 1]).nonzero()[0]
         if len(starts) == 0:
             return
         k, frame = stacks.shape[1:]
         chains = rows[starts]
         whole = self.first_stacks.get(chains[:, 0]).reshape(len(starts), k, frame)
+        if len(starts) <= FEW_STARTS:
+            # A chain holds its run's first held row at positions 0..q-1: the positions before
+            # q - 1 take the frames before that row's own, the last of its whole stack but one.
+            for row, chain, first in zip(starts.tolist(), chains.tolist(), whole, strict=True):
+                q = chain.count(chain[0])
+                stacks[row, : q - 1] = first[k - q : k - 1]
+            return
         missing = chains[:, :-1] == chains[:, 1:]  # a prefix of each row's positions
         depth = k - 1 - missing.sum(1)  # steps back from the row to its run's first held row
         at = np.nonzero(missing)
@@ -506,7 +569,7 @@ class CompactTable:
 
     def _relink(self) -> None:
         """Rebuild the links of every held row from its run and step."""
-        self._prev.fill(-1)
+        self._back.fill(-1)
         self._next.fill(-1)
         if self.size == 0:
             return
@@ -514,4 +577,5 @@ class CompactTable:
         slots = ids % self.capacity
         column = self.table.column
         keys = run_keys(column("episode_id")[slots], column("agent_id")[slots])
-        _, _, self._prev[slots], self._next[slots] = chain_runs(keys, column("step")[slots], ids)
+        _, _, prev, self._next[slots] = chain_runs(keys, column("step")[slots], ids)
+        self._back[slots] = np.where(prev < 0, ids, prev)

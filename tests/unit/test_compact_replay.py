@@ -8,7 +8,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcmarl.replay.compact import CompactTable, StorageForm, run_keys, stored_bytes_per_row
+from hpcmarl.replay import compact
+from hpcmarl.replay.compact import (
+    CompactTable,
+    StorageForm,
+    chain_runs,
+    run_blocks,
+    run_keys,
+    stored_bytes_per_row,
+)
 from hpcmarl.replay.redistribute import deal_compact_tables
 from hpcmarl.replay.table import ReplayTable
 
@@ -27,9 +35,18 @@ def stacked(frames: list[np.ndarray], t: int, k: int, padding: str) -> np.ndarra
     return np.concatenate(out)
 
 
-def collect(k: int, padding: str, seed: int, envs: int = 3, agents: int = 2, ticks: int = 90):
+def collect(
+    k: int,
+    padding: str,
+    seed: int,
+    envs: int = 3,
+    agents: int = 2,
+    ticks: int = 90,
+    by_run: bool = False,
+):
     """Batches as a collector sends them (every env copy and agent, a fragment of ticks at a
-    time, episodes of random length, some truncated, some left running), rows in that order."""
+    time, episodes of random length, some truncated, some left running), rows shuffled; or
+    `by_run`, each run's rows as one block in step order (the blocks shuffled)."""
     rng = np.random.default_rng(seed)
     batches, rows = [], []
     episode = np.arange(envs)
@@ -69,6 +86,11 @@ def collect(k: int, padding: str, seed: int, envs: int = 3, agents: int = 2, tic
                 frames[(e, a)] = [rng.normal(size=FRAME).astype(np.float32)]
         if tick % 4 == 3 or tick == ticks - 1:
             rng.shuffle(fragment)  # the table must not rely on the order rows arrive in
+            if by_run:  # a stable sort keeps each block's shuffled place among the others
+                first = {}
+                for i, row in enumerate(fragment):
+                    first.setdefault(key(row)[:2], i)
+                fragment.sort(key=lambda row: (first[key(row)[:2]], key(row)[2]))
             batches.append({n: np.stack([r[n] for r in fragment]) for n in fragment[0]})
             rows.extend(fragment)
             fragment = []
@@ -97,8 +119,11 @@ FORMS = [
 @pytest.mark.parametrize("form", FORMS, ids=lambda f: f.describe().replace(" ", ""))
 @pytest.mark.parametrize("padding", ["reset", "zeros"])
 @pytest.mark.parametrize("capacity", [10_000, 100])
-def test_sampled_rows_equal_the_rows_sent(form: StorageForm, padding: str, capacity: int) -> None:
-    batches, rows = collect(form.stack_num, padding, seed=capacity)
+@pytest.mark.parametrize("by_run", [False, True], ids=["shuffled", "by_run"])
+def test_sampled_rows_equal_the_rows_sent(
+    form: StorageForm, padding: str, capacity: int, by_run: bool
+) -> None:
+    batches, rows = collect(form.stack_num, padding, seed=capacity, by_run=by_run)
     table = CompactTable(ReplayTable(capacity, prioritized=capacity < 1000, seed=1), form)
     for batch in batches:
         table.insert(batch)
@@ -185,3 +210,77 @@ def test_resharded_tables_keep_each_run_whole_and_every_row_exact(n_out: int) ->
         for key in set(run_keys(columns["episode_id"], columns["agent_id"]).tolist()):
             assert runs_seen.setdefault(key, j) == j  # a run lives on one new shard
     assert sum(len(s["insert_ids"]) for s in dealt) == held
+
+
+def test_runs_in_blocks_chain_as_a_sort_would() -> None:
+    """`run_blocks` (no sort) accepts exactly the batches whose runs are blocks in step order,
+    and links their rows as `chain_runs` does."""
+    rng = np.random.default_rng(0)
+    for _ in range(2_000):
+        n = int(rng.integers(1, 12))
+        runs = rng.integers(0, 3, n)
+        keys, steps = runs * 7 + 100, rng.integers(0, 4, n)
+        if rng.random() < 0.6:  # most batches in blocks: sort by a shuffled run order, step
+            rank = rng.permutation(3)
+            by = np.lexsort((steps, rank[runs]))
+            keys, steps = keys[by], steps[by]
+        ids = 1_000 + np.arange(n)
+        ends = run_blocks(keys, steps)
+        _, _, prev, nxt = chain_runs(keys, steps, ids)
+        blocks = [keys[0], *keys[1:][keys[1:] != keys[:-1]]]
+        ordered = all((np.diff(steps[keys == k]) >= 0).all() for k in set(keys.tolist()))
+        assert (ends is not None) == (len(set(blocks)) == len(blocks) and ordered)
+        if ends is not None:  # each row follows the row before it, but after the ends
+            before, after = ids - 1, ids + 1
+            before[0], before[ends + 1], after[ends], after[-1] = -1, -1, -1, -1
+            np.testing.assert_array_equal(prev, before)
+            np.testing.assert_array_equal(nxt, after)
+    assert run_blocks(np.zeros(0, np.int64), np.zeros(0, np.int64)) is None
+
+
+@pytest.mark.parametrize("form", FORMS, ids=lambda f: f.describe().replace(" ", ""))
+def test_batches_in_run_blocks_store_what_the_sorting_path_stores(
+    form: StorageForm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows sent run by run take the path without a sort; a table fed the same batches
+    through the general path (run_blocks refused) ends with the same state, links and draws."""
+    batches, rows = collect(form.stack_num, "zeros", seed=7, by_run=True)
+    fast = CompactTable(ReplayTable(100, prioritized=True, seed=2), form)
+    for batch in batches:
+        fast.insert(batch)
+    monkeypatch.setattr(compact, "run_blocks", lambda keys, steps: None)
+    general = CompactTable(ReplayTable(100, prioritized=True, seed=2), form)
+    for batch in batches:
+        general.insert(batch)
+    want, got = general.state(), fast.state()
+    assert want.keys() == got.keys()
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    np.testing.assert_array_equal(fast._next, general._next)
+    if form.stack_num > 1:
+        np.testing.assert_array_equal(fast._back, general._back)
+    sampled, expected = fast.sample(256)[0], general.sample(256)[0]
+    for name in expected:
+        np.testing.assert_array_equal(sampled[name], expected[name], err_msg=name)
+    assert_rows_sent(sampled, rows)
+
+
+def test_few_and_many_rows_before_a_runs_start_are_filled_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Stacks that reach back past their run's first held row, filled one row at a time (a
+    few) and in one vectorised pass (many), from episodes of 3 to 14 steps."""
+    form = StorageForm(stack_num=4, ignore_obs_next=True)
+    batches, rows = collect(4, "reset", seed=5)
+    table = CompactTable(ReplayTable(100, seed=0), form)
+    for batch in batches:
+        table.insert(batch)
+    ids = np.arange(table.total_inserted - table.size, table.total_inserted)
+    stored = {name: table.table.column(name)[ids % 100] for name in table.table.columns}
+    drawn = {}
+    for few in (0, 10**9):
+        monkeypatch.setattr(compact, "FEW_STARTS", few)
+        drawn[few] = table.rebuild(dict(stored), ids)
+        assert_rows_sent(drawn[few], rows)
+    for name in drawn[0]:
+        np.testing.assert_array_equal(drawn[0][name], drawn[10**9][name], err_msg=name)
