@@ -27,7 +27,7 @@ class PackedBatch(dict):
     layout: Layout
 
 
-def _aligned(n: int) -> int:
+def aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
@@ -42,7 +42,7 @@ def plan_layout(specs: list[Spec]) -> tuple[Layout, int]:
     offset = 0
     for name, dtype, shape in specs:
         layout.append((name, dtype, tuple(shape), offset))
-        offset = _aligned(offset + math.prod(shape) * _dtype(dtype).itemsize)
+        offset = aligned(offset + math.prod(shape) * _dtype(dtype).itemsize)
     return layout, offset
 
 
@@ -73,6 +73,16 @@ def merge_leading(batch: PackedBatch, dims: int) -> PackedBatch:
 
 def spec_of(arrays: dict[str, np.ndarray]) -> list[Spec]:
     return [(name, a.dtype.str, a.shape) for name, a in arrays.items()]
+
+
+def layout_of(arrays: dict[str, np.ndarray]) -> tuple[Layout, int]:
+    """`plan_layout` of these arrays' specs, remembered: a stream of messages repeats a few."""
+    return _planned(tuple((name, a.dtype.str, a.shape) for name, a in arrays.items()))
+
+
+@functools.lru_cache(maxsize=256)
+def _planned(specs: tuple[Spec, ...]) -> tuple[Layout, int]:
+    return plan_layout(list(specs))
 
 
 def pack(arrays: dict[str, np.ndarray]) -> PackedBatch:

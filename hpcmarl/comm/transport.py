@@ -1,17 +1,23 @@
 """Moving messages between roles: in memory on one rank, nonblocking MPI across ranks.
 
-This package is the only place that imports mpi4py. A control message is a small pickled tuple
-on the control tag. A bulk message is a control header (kind, addresses, meta and the layout of
-its arrays) followed by raw `Isend`s on the bulk tag: one for a packed batch (see packing.py),
-else one per array, and a huge buffer in chunks that keep every count below 2**31. MPI never
-lets two messages between the same pair of ranks on one tag overtake each other, so the receiver
-posts its `Irecv`s in header order and each lands on the right buffer.
+This package is the only place that imports mpi4py. Every message is one frame on the frame
+tag: a pickled header (kind, addresses, meta, and the layout of its arrays, if any). A bulk
+message of up to `INLINE_LIMIT` bytes carries its arrays in the same frame, packed (see
+packing.py) after the header at the frame's 64-byte-aligned end, never pickled: `pickle.loads`
+stops at the header's end. The receiver matches a frame with `improbe` and receives it into a
+pooled buffer of the probed size, so a message costs one MPI message and no receive waits for a
+header first. A larger bulk message's arrays follow its frame as raw `Isend`s on the bulk tag:
+one for a packed batch, else one per array, and a huge buffer in chunks that keep every count
+below 2**31. MPI never lets two messages between the same pair of ranks on one tag overtake each
+other, so frames arrive in the order they were sent, and the receiver, reading each source's
+frames in that order, posts the `Irecv`s of the bulk tag in the order of their `Isend`s.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import pickle
 import time
 import weakref
 from collections import deque
@@ -21,15 +27,21 @@ import numpy as np
 
 from .doorbell import Doorbell
 from .failures import LostRanks, is_peer_failure, ulfm_enabled
-from .packing import PackedBatch, pack, spec_of, views
+from .packing import PackedBatch, aligned, layout_of, spec_of, views
 from .progress import RequestPool
 from .protocol import Message
 
-CONTROL_TAG = 11
+FRAME_TAG = 11
 BULK_TAG = 12
 MAX_RECEIVES_PER_POLL = 64
-PACK_LIMIT = 256 << 10
-"""Unpacked batches up to this size are copied into one buffer: one message beats many."""
+INLINE_LIMIT = 256 << 10
+"""Arrays up to this many bytes in all ride in their header's frame: one MPI message."""
+SMALL_FRAME = 2048
+"""A matched frame up to this size is received at once: its bytes came with its envelope."""
+FRAME_ROUND = 4096
+"""Frame receive buffers are rounded up to this, so frames whose headers differ by a few bytes
+(a version number that grew) reuse the same pooled buffers."""
+PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
 def chunk_bytes() -> int:
@@ -81,6 +93,39 @@ class BufferPool:
             self.held += root.nbytes
 
 
+class SentFrames:
+    """Frames of sent messages, filled again once their send has completed: a fresh 64 KB
+    frame faults its pages in anew, which costs more than copying the message into it.
+
+    A frame is reused only when its request is null, which mpi4py makes it once `Test` or
+    `Testsome` found the send complete (FACTS: a buffer refilled while in flight corrupts
+    the message). Frames are kept by their size, rounded up to `FRAME_ROUND`, at most
+    `per_size` of each of the `sizes` sizes last added (about 17 MB of frames at most),
+    and a caller fills and sends only the first `nbytes` of one.
+    """
+
+    def __init__(self, per_size: int = 4, sizes: int = 16) -> None:
+        self.sent: dict[int, deque[tuple[np.ndarray, Any]]] = {}
+        self.per_size, self.sizes = per_size, sizes
+
+    def take(self, nbytes: int) -> np.ndarray:
+        rounded = -(-nbytes // FRAME_ROUND) * FRAME_ROUND
+        sent = self.sent.get(rounded)
+        if sent and not sent[0][1]:  # the oldest send of this size has completed
+            return sent.popleft()[0][:nbytes]
+        return np.empty(rounded, np.uint8)[:nbytes]
+
+    def keep(self, frame: np.ndarray, request: Any) -> None:
+        """Keep a frame just handed to `Isend`, with its request, to reuse after it."""
+        whole = frame.base if isinstance(frame.base, np.ndarray) else frame
+        sent = self.sent.get(whole.nbytes)
+        if sent is None:
+            if len(self.sent) >= self.sizes:
+                del self.sent[next(iter(self.sent))]  # the size added longest ago
+            sent = self.sent[whole.nbytes] = deque(maxlen=self.per_size)
+        sent.append((whole, request))
+
+
 class LocalTransport:
     """Delivers messages between roles hosted by this process: no copies, no MPI."""
 
@@ -125,11 +170,18 @@ class LocalTransport:
 
 
 class _Incoming:
-    """A message received from one source whose arrays may still be arriving."""
+    """A frame from one source: the frame, then the arrays that follow it, may be arriving."""
 
-    def __init__(self, msg: Message, requests: list[Any]) -> None:
-        self.msg = msg
+    __slots__ = ("frame", "size", "requests", "msg")
+
+    def __init__(
+        self, frame: np.ndarray, size: int, requests: list[Any], msg: Message | None = None
+    ) -> None:
+        self.frame = frame
+        self.size = size
         self.requests = requests
+        self.msg = msg
+        """Set once the frame is here and read (`MpiTransport._open`)."""
 
     def complete(self) -> bool:
         if self.requests:
@@ -155,6 +207,7 @@ class MpiTransport(LocalTransport):
         self.incoming: dict[int, deque[_Incoming]] = {}
         self.chunk = chunk_bytes()
         self.buffers = BufferPool()
+        self.frames = SentFrames()
         self.status = MPI.Status()
         self.doorbell = doorbell
 
@@ -167,34 +220,63 @@ class MpiTransport(LocalTransport):
             self.dropped += 1
             return
         if msg.arrays is None:
-            header = (msg.kind, msg.src, msg.dst, msg.meta, None)
-            self.sends.add(self.comm.isend(header, dest, CONTROL_TAG), None, dest)
+            frame = pickle.dumps((msg.kind, msg.src, msg.dst, msg.meta, None), PROTOCOL)
+            self.sends.add(self.comm.Isend(frame, dest, FRAME_TAG), frame, dest)
         else:
             self._send_bulk(msg, dest)
         if self.doorbell is not None:
             self.doorbell.ring(dest)
 
     def _send_bulk(self, msg: Message, dest: int) -> None:
-        """One raw message when the columns are (or are cheaply made) one packed buffer."""
+        """Small arrays in their header's frame; larger ones after it, on the bulk tag."""
         assert msg.arrays is not None
-        arrays = msg.arrays
-        if not isinstance(arrays, PackedBatch):
-            arrays = {name: np.ascontiguousarray(a) for name, a in arrays.items()}
         packed = msg.arrays if isinstance(msg.arrays, PackedBatch) else None
-        if packed is None and sum(a.nbytes for a in arrays.values()) <= PACK_LIMIT:
-            packed = pack(arrays)
         if packed is not None:
-            body: tuple = ("packed", packed.layout, packed.buffer.nbytes)
+            arrays: dict[str, np.ndarray] = packed
+            nbytes = packed.buffer.nbytes
+        else:
+            arrays = {name: np.ascontiguousarray(a) for name, a in msg.arrays.items()}
+            nbytes = sum(a.nbytes for a in arrays.values())
+        if nbytes <= INLINE_LIMIT:
+            self._send_inline(msg, arrays, packed, dest)
+            return
+        if packed is not None:
+            body: tuple = ("packed", packed.layout, nbytes)
             parts = [packed.buffer]
         else:
             body, parts = ("columns", spec_of(arrays)), list(arrays.values())
-        header = (msg.kind, msg.src, msg.dst, msg.meta, body)
-        self.sends.add(self.comm.isend(header, dest, CONTROL_TAG), None, dest)
+        frame = pickle.dumps((msg.kind, msg.src, msg.dst, msg.meta, body), PROTOCOL)
+        self.sends.add(self.comm.Isend(frame, dest, FRAME_TAG), frame, dest)
         for part in parts:
             raw = part.reshape(-1).view(np.uint8)
             for start, stop in byte_chunks(raw.nbytes, self.chunk):
                 request = self.comm.Isend(raw[start:stop], dest, BULK_TAG)
                 self.sends.add(request, part, dest, rings=False)
+
+    def _send_inline(
+        self, msg: Message, arrays: dict[str, np.ndarray], packed: PackedBatch | None, dest: int
+    ) -> None:
+        """One frame: the header, then the arrays packed at its end. Loose columns are copied
+        once, as packing them would; a packed batch's buffer once (an MPI message less pays
+        for that many times over at these sizes)."""
+        if packed is not None:
+            layout, nbytes = packed.layout, packed.buffer.nbytes
+        else:
+            layout, nbytes = layout_of(arrays)
+        body = ("inline", layout, nbytes)
+        header = pickle.dumps((msg.kind, msg.src, msg.dst, msg.meta, body), PROTOCOL)
+        start = aligned(len(header))
+        frame = self.frames.take(start + nbytes)
+        frame.data[: len(header)] = header
+        if packed is not None:
+            frame[start:] = packed.buffer
+        else:
+            for name, _, _, offset in layout:
+                column = arrays[name].reshape(-1).view(np.uint8)
+                frame[start + offset : start + offset + column.nbytes] = column
+        request = self.comm.Isend(frame, dest, FRAME_TAG)
+        self.sends.add(request, frame, dest)
+        self.frames.keep(frame, request)
 
     def poll(self) -> bool:
         progressed = self.sends.test() > 0
@@ -203,41 +285,68 @@ class MpiTransport(LocalTransport):
                 for dest in self.sends.arrived:
                     self.doorbell.ring(dest)
             self.sends.arrived.clear()
-        progressed = self._receive_headers() or progressed
+        progressed = self._receive_frames() or progressed
         return self._deliver_completed() or progressed
 
-    def _receive_headers(self) -> bool:
+    def _receive_frames(self) -> bool:
+        """Match the frames that came; a small one whose source has nothing before it pending
+        is received, read and delivered at once, a larger one received into a pooled buffer."""
         received = 0
+        status, any_source, byte = self.status, self.MPI.ANY_SOURCE, self.MPI.BYTE
         while received < MAX_RECEIVES_PER_POLL:
             try:
-                probe = self.comm.improbe(self.MPI.ANY_SOURCE, CONTROL_TAG, self.status)
+                probe = self.comm.improbe(any_source, FRAME_TAG, status)
             except self.MPI.Exception as err:
                 self._note_failure(err)  # acknowledged: receives from any source go on
                 continue
             if probe is None:
                 break
-            source = self.status.Get_source()
-            kind, src, dst, meta, body = probe.recv()
-            msg = Message(kind, src, dst, meta)
-            requests = self._post_receives(msg, body, source) if body is not None else []
-            self.incoming.setdefault(source, deque()).append(_Incoming(msg, requests))
             received += 1
+            source, size = status.Get_source(), status.Get_count(byte)
+            queue = self.incoming.get(source)
+            if queue is None:
+                queue = self.incoming[source] = deque()
+            if size <= SMALL_FRAME and not queue:
+                frame = np.empty(size, np.uint8)
+                probe.Recv(frame)
+                msg, requests = self._open(frame, size, source)
+                if requests:  # its arrays follow on the bulk tag
+                    queue.append(_Incoming(frame, size, requests, msg))
+                else:
+                    self._deliver(msg)
+            else:
+                frame = self.buffers.take(-(-size // FRAME_ROUND) * FRAME_ROUND)
+                queue.append(_Incoming(frame, size, [probe.Irecv(frame)]))
         return received > 0
 
-    def _post_receives(self, msg: Message, body: tuple, source: int) -> list[Any]:
-        """Post the receives of a bulk message's buffers, in the order they were sent."""
+    def _open(self, frame: np.ndarray, size: int, source: int) -> tuple[Message, list[Any]]:
+        """Read an arrived frame's header; post the receives of the arrays that follow it."""
+        kind, src, dst, meta, body = pickle.loads(frame.data)
+        msg = Message(kind, src, dst, meta)
+        if body is None:
+            self.buffers.give(frame)
+        elif body[0] == "inline":
+            msg.arrays = views(frame[size - body[2] : size], body[1])
+        else:
+            self.buffers.give(frame)
+            msg.arrays, requests = self._post_receives(body, source)
+            return msg, requests
+        return msg, []
+
+    def _post_receives(self, body: tuple, source: int) -> tuple[dict[str, np.ndarray], list[Any]]:
+        """The arrays of a frame whose arrays follow it, and the receives that fill them, posted
+        in the order they were sent."""
         if body[0] == "packed":
             _, layout, nbytes = body
             raw = self.buffers.take(nbytes)
-            msg.arrays = views(raw, layout)
-            return self._irecv(raw, source)
-        msg.arrays, requests = {}, []
+            return views(raw, layout), self._irecv(raw, source)
+        arrays, requests = {}, []
         for name, dtype, shape in body[1]:
             dt = np.dtype(dtype)
             raw = self.buffers.take(math.prod(shape) * dt.itemsize)
             requests += self._irecv(raw, source)
-            msg.arrays[name] = raw.view(dt).reshape(shape)
-        return requests
+            arrays[name] = raw.view(dt).reshape(shape)
+        return arrays, requests
 
     def _irecv(self, raw: np.ndarray, source: int) -> list[Any]:
         chunks = byte_chunks(raw.nbytes, self.chunk)
@@ -250,13 +359,16 @@ class MpiTransport(LocalTransport):
                 self.buffers.give(array)
 
     def _deliver_completed(self) -> bool:
-        """Deliver finished messages, keeping each source's order; a dead source's messages
-        still arriving are dropped."""
+        """Read arrived frames and deliver finished messages, both in each source's order; a
+        dead source's messages still arriving are dropped."""
         delivered = False
         for source, queue in self.incoming.items():
+            if not queue:
+                continue
             try:
-                while queue and queue[0].complete():
-                    self._deliver(queue.popleft().msg)
+                self._open_arrived(queue, source)
+                while queue and queue[0].msg is not None and queue[0].complete():
+                    self._deliver(queue.popleft().msg)  # type: ignore[arg-type]
                     delivered = True
             except self.MPI.Exception as err:
                 self._note_failure(err)
@@ -265,6 +377,15 @@ class MpiTransport(LocalTransport):
                 self.dropped += len(queue)
                 queue.clear()
         return delivered
+
+    def _open_arrived(self, queue: deque[_Incoming], source: int) -> None:
+        """Read the frames of one source that have arrived, in order: a frame still arriving
+        holds back the ones after it, whose bulk receives must be posted after its own."""
+        for incoming in queue:
+            if incoming.msg is None:
+                if not incoming.complete():
+                    return
+                incoming.msg, incoming.requests = self._open(incoming.frame, incoming.size, source)
 
     def _note_failure(self, err: Exception) -> None:
         """An MPI error: a peer's death learned (under fault tolerance), or raised as ours."""

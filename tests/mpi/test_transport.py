@@ -23,6 +23,11 @@ def test_round_trip_is_byte_equal_and_ordered(ranks: int) -> None:
 
 
 @pytest.mark.mpi
+def test_a_message_up_to_the_inline_limit_is_one_mpi_message() -> None:
+    assert_every_rank_ok("transport_frames.py", 2, timeout=120)
+
+
+@pytest.mark.mpi
 def test_huge_arrays_travel_in_chunks() -> None:
     # A lowered chunk size makes the 3 MB array travel in many pieces, as > 2 GiB ones would.
     env = {"HPCMARL_CHUNK_BYTES": "65536"}

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcmarl.comm.packing import PackedBatch, allocate_packed, merge_leading, pack, views
+from hpcmarl.comm.packing import (
+    PackedBatch,
+    allocate_packed,
+    layout_of,
+    merge_leading,
+    pack,
+    plan_layout,
+    spec_of,
+    views,
+)
 from hpcmarl.comm.transport import BufferPool, byte_chunks
 
 
@@ -38,6 +47,15 @@ def test_packed_batches_reshape_without_copy_and_keep_their_layout() -> None:
     assert flat["obs"].shape == (8, 3) and flat["act"].shape == (8,)
     assert np.shares_memory(flat["obs"], batch["obs"])
     assert np.array_equal(views(flat.buffer, flat.layout)["obs"], flat["obs"])
+
+
+def test_layout_of_is_the_planned_layout_remembered_per_spec() -> None:
+    batch = sample_batch()
+    layout, nbytes = layout_of(batch)
+    assert (layout, nbytes) == plan_layout(spec_of(batch))
+    assert layout_of(sample_batch())[0] is layout
+    batch["actions"] = batch["actions"][:3]
+    assert layout_of(batch) == plan_layout(spec_of(batch)) != (layout, nbytes)
 
 
 def test_byte_chunks_cover_the_buffer_exactly() -> None:

@@ -1,7 +1,8 @@
 """Rank 0 sends bulk and control messages to every other rank, which echo them back.
 
-Checks byte equality for many dtypes and shapes (empty, scalar-like, chunked), per-source
-order, and that no request is outstanding at the end. Exits non-zero on any mismatch.
+Checks byte equality for many dtypes and shapes (empty, scalar-like, chunked), arrays inside
+their frame and after it, headers short and long, per-source order, and that no request is
+outstanding at the end. Exits non-zero on any mismatch.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ def payloads(rng: np.random.Generator) -> list[dict[str, np.ndarray]]:
     ]
 
 
+PADS = (0, 5_000, 0, 5_000, 3_000)
+"""Bytes of padding in each payload's meta: headers past a small frame take the transport's
+other receive path, and must keep their place in the order."""
+
+
 def packed_batch(rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Columns filled in place in one packed buffer, as collectors build fragments."""
     columns = allocate_packed([("observations", "<f4", (3, 50_000)), ("step", "<i4", (3,))])
@@ -52,8 +58,9 @@ def main() -> int:
     if rank == 0:
         for dst in range(1, size):
             for i, arrays in enumerate(sent):
-                transport.send(Message("batch", "r0", f"r{dst}", {"i": i}, arrays))
-                transport.send(Message("credit", "r0", f"r{dst}", {"n": i}))
+                pad = "x" * PADS[i]  # a header longer than a small frame, for some
+                transport.send(Message("batch", "r0", f"r{dst}", {"i": i, "pad": pad}, arrays))
+                transport.send(Message("credit", "r0", f"r{dst}", {"n": i, "pad": pad}))
     got, deadline = [], time.monotonic() + 60
     while len(got) < 2 * expected and time.monotonic() < deadline:
         transport.poll()
