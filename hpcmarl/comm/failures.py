@@ -48,6 +48,19 @@ def is_peer_failure(err: BaseException) -> bool:
         return False
 
 
+def may_be_peer_failure(err: BaseException) -> bool:
+    """A peer's death, or an error of several requests (`Testsome`'s `MPI_ERR_IN_STATUS`) that
+    may hide one: each request is then tested alone to tell (`RequestPool`)."""
+    from mpi4py import MPI
+
+    if is_peer_failure(err):
+        return True
+    try:
+        return isinstance(err, MPI.Exception) and err.Get_error_class() == MPI.ERR_IN_STATUS
+    except Exception:  # noqa: BLE001
+        return False
+
+
 class LostRanks:
     """The ranks of `comm` known dead, and those learned since the roles last asked."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from .failures import is_peer_failure
+from .failures import is_peer_failure, may_be_peer_failure
 
 if TYPE_CHECKING:
     from .doorbell import Doorbell
@@ -115,7 +115,7 @@ class RequestPool:
         try:
             done = _testsome()(self._requests)
         except Exception as err:
-            if self.failures is None or not is_peer_failure(err):
+            if self.failures is None or not may_be_peer_failure(err):
                 raise
             done = self._test_each()
         if not done:
