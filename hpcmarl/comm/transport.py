@@ -42,6 +42,8 @@ FRAME_ROUND = 4096
 """Frame receive buffers are rounded up to this, so frames whose headers differ by a few bytes
 (a version number that grew) reuse the same pooled buffers."""
 PROTOCOL = pickle.HIGHEST_PROTOCOL
+RING_AGAIN_S = 1e-3
+"""How often a sent frame that its receiver has not matched yet rings that receiver again."""
 
 
 def chunk_bytes() -> int:
@@ -208,6 +210,9 @@ class MpiTransport(LocalTransport):
         self.chunk = chunk_bytes()
         self.buffers = BufferPool()
         self.frames = SentFrames()
+        self.unmatched: list[tuple[Any, int, float]] = []
+        """Sent frames above a small frame's size, each with its destination and when that was
+        last rung, until they complete (with a doorbell only; see `_ring_unmatched`)."""
         self.status = MPI.Status()
         self.doorbell = doorbell
 
@@ -277,6 +282,8 @@ class MpiTransport(LocalTransport):
         request = self.comm.Isend(frame, dest, FRAME_TAG)
         self.sends.add(request, frame, dest)
         self.frames.keep(frame, request)
+        if self.doorbell is not None and frame.nbytes > SMALL_FRAME:
+            self.unmatched.append((request, dest, time.monotonic()))
 
     def poll(self) -> bool:
         progressed = self.sends.test() > 0
@@ -285,8 +292,27 @@ class MpiTransport(LocalTransport):
                 for dest in self.sends.arrived:
                     self.doorbell.ring(dest)
             self.sends.arrived.clear()
+        if self.unmatched:
+            self._ring_unmatched()
         progressed = self._receive_frames() or progressed
         return self._deliver_completed() or progressed
+
+    def _ring_unmatched(self) -> None:
+        """Ring the receiver of a frame it has not matched again, every `RING_AGAIN_S`. A frame
+        above MPI's eager size completes only once its receiver has matched it, so no ring on
+        completion can tell the receiver of it, and the ring made when it was posted may come
+        before its envelope does (the pair's connection still being made, a busy sender): the
+        receiver, finding nothing, would go back to wait out its idle wait (once, under MPICH
+        across hosts at a load of 10, a rank of the doorbell test waited out its minute)."""
+        now, waiting = time.monotonic(), []
+        for request, dest, rung in self.unmatched:
+            if not request or (self.failures is not None and dest in self.failures.known):
+                continue  # completed (mpi4py nulls a completed request), or its receiver is gone
+            if now - rung >= RING_AGAIN_S:
+                self.doorbell.ring(dest)  # type: ignore[union-attr]
+                rung = now
+            waiting.append((request, dest, rung))
+        self.unmatched = waiting
 
     def _receive_frames(self) -> bool:
         """Match the frames that came; a small one whose source has nothing before it pending

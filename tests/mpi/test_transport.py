@@ -43,3 +43,8 @@ def test_refilled_staging_never_corrupts_messages_in_flight() -> None:
 def test_an_idle_rank_wakes_on_its_doorbell_not_its_timeout() -> None:
     # Each waiting rank may sleep a minute; the ring of rank 0's messages must end the wait.
     assert_every_rank_ok("doorbell_wakeup.py", 3, timeout=150)
+
+
+@pytest.mark.mpi
+def test_a_frame_its_receiver_has_not_matched_rings_it_again() -> None:
+    assert_every_rank_ok("doorbell_rings_again.py", 2, timeout=120)
