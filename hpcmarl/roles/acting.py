@@ -56,11 +56,11 @@ def act_all(
         if len(agents) == 1:
             actions[agents[0]], extras[agents[0]] = result.actions, result.extras
         else:
-            parts = np.split(result.actions, len(agents))
-            split_extras = {k: np.split(v, len(agents)) for k, v in result.extras.items()}
+            rows = len(result.actions) // len(agents)  # slices: np.split costs ten times more
             for i, agent in enumerate(agents):
-                actions[agent] = parts[i]
-                extras[agent] = {k: v[i] for k, v in split_extras.items()}
+                part = slice(i * rows, (i + 1) * rows)
+                actions[agent] = result.actions[part]
+                extras[agent] = {k: v[part] for k, v in result.extras.items()}
         if recurrent is not None and result.recurrent_state is not None:
             recurrent.store(agents, result.recurrent_state)
     return actions, extras
@@ -88,14 +88,15 @@ class Memory:
         return _joined(parts)
 
     def store(self, agents: list[str], joined: np.ndarray) -> None:
-        for agent, state in zip(agents, np.split(joined, len(agents)), strict=True):
-            self.states[agent] = state
+        rows = len(joined) // len(agents)
+        for i, agent in enumerate(agents):
+            self.states[agent] = joined[i * rows : (i + 1) * rows]
 
     def reset(self, copies: np.ndarray | None = None) -> None:
         """Zero the states of the env copies `copies` (bool [num_envs]) or of every copy."""
         if copies is None:
             self.states.clear()
             return
-        if copies.any():
+        if self.states and copies.any():  # feed-forward actors keep no states: no test
             for state in self.states.values():
                 state[copies] = 0.0

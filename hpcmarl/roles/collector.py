@@ -14,6 +14,7 @@ back; a task that names versions waits for them before its first step.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -238,17 +239,19 @@ class Collector(Role):
         except Exception as err:  # noqa: BLE001 - an environment may fail; the task is lost
             self.abandon_task(err)
             return
+        # every field, in its order: by keyword, this call cost twice as much (about 6 % of
+        # the collector's own work per CartPole step)
         record = StepRecord(
-            observations=self.obs,
-            actions=actions,
-            step=step,
-            episode_id=self.episodes.ids,
-            step_index=self.episodes.lengths,
-            versions=self.agent_versions,
-            state=state,
-            extras=extras,
-            action_masks=self.masks,
-            recurrent_states=recurrent,
+            self.obs,
+            actions,
+            step,
+            self.episodes.ids,
+            self.episodes.lengths,
+            self.agent_versions,
+            state,
+            extras,
+            self.masks,
+            recurrent,
         )
         for writer in self.all_writers:
             writer.add(record)
@@ -260,8 +263,10 @@ class Collector(Role):
             self.end_fragment()
 
     def advance_writers(self) -> bool:
-        full = [w.advance() for w in self.all_writers]
-        return all(full)
+        full = True
+        for writer in self.all_writers:  # every writer advances, whatever the others say
+            full = writer.advance() and full
+        return full
 
     def end_fragment(self) -> None:
         self.env_failures = 0
@@ -415,14 +420,20 @@ class Collector(Role):
 
 
 class EpisodeTracker:
-    """Episode ids, lengths and returns of each env copy; finished episodes since task start."""
+    """Episode ids, lengths and returns of each env copy; finished episodes since task start.
+
+    It runs every env step, where each numpy call costs about as much as a few dozen Python
+    operations: returns are Python floats (the same float64 sums numpy would make), a step's
+    lengths a fresh array made with one addition of arrays of one dtype, and ended episodes
+    are looked for with `count_nonzero` (a third of what `any()` costs)."""
 
     def __init__(self, num_envs: int, index: int) -> None:
         self.base = index * 10**9
         self.count = num_envs
         self.ids = self.base + np.arange(num_envs, dtype=np.int64)
         self.lengths = np.zeros(num_envs, np.int32)
-        self.returns = np.zeros(num_envs, np.float64)
+        self._one_step = np.ones(num_envs, np.int32)
+        self.returns = [0.0] * num_envs
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
         self.finished_ids: list[int] = []
@@ -432,27 +443,27 @@ class EpisodeTracker:
         n = len(self.ids)
         self.ids = self.base + self.count + np.arange(n, dtype=np.int64)
         self.count += n
-        self.lengths[:] = 0
-        self.returns[:] = 0.0
+        self.lengths = np.zeros(n, np.int32)
+        self.returns = [0.0] * n
 
     def start_task(self) -> None:
         self.finished_returns, self.finished_lengths, self.finished_ids = [], [], []
 
     def record(self, step: Any) -> None:
         """Count the step; close the episodes it ended (most steps end none: one test)."""
-        rewards = step.rewards
-        if len(rewards) == 1:
-            (total,) = rewards.values()  # what sum() gives for one agent, one operation less
-        else:
-            total = sum(rewards.values())
-        self.returns += total
-        self.lengths += 1
-        if step.episode_ended.any():
+        # the agents' float32 rewards added in agent order, as sum() would (its 0 + the first
+        # changes nothing that reaches a return)
+        total = functools.reduce(np.add, step.rewards.values())
+        returns = self.returns
+        for i, reward in enumerate(total.tolist()):
+            returns[i] += reward
+        self.lengths = self.lengths + self._one_step
+        if np.count_nonzero(step.episode_ended):
             self._close(np.flatnonzero(step.episode_ended))
 
     def _close(self, ended: np.ndarray) -> None:
         for i in ended:
-            self.finished_returns.append(float(self.returns[i]))
+            self.finished_returns.append(self.returns[i])
             self.finished_lengths.append(int(self.lengths[i]))
             self.finished_ids.append(int(self.ids[i]))
             self.returns[i], self.lengths[i] = 0.0, 0
