@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcmarl.comm.packing import PackedBatch, allocate_packed, merge_leading, pack
+from hpcmarl.comm.packing import Layout, PackedBatch, merge_leading, pack, plan_layout, views
 from hpcmarl.envs.vector import VectorStep
 from hpcmarl.items.spec import Column, ItemSpec
 
@@ -123,10 +123,19 @@ class ItemWriter:
         self.getters = {c.name: _getter(c, agent_ids, agents) for c in spec.columns}
         self.agent_ids = agent_ids
         self.t = 0
+        self._plan: tuple[Layout, int] | None = None
         self.columns: PackedBatch = self.allocate()
 
     def allocate(self) -> PackedBatch:
         raise NotImplementedError
+
+    def packed(self, specs: list[tuple[str, str, tuple[int, ...]]]) -> PackedBatch:
+        """A fresh packed buffer's columns (`specs` are the same every fragment, so their
+        layout is planned once)."""
+        if self._plan is None:
+            self._plan = plan_layout(specs)
+        layout, nbytes = self._plan
+        return views(np.empty(nbytes, np.uint8), layout)
 
     def add(self, record: StepRecord) -> None:
         """Take one vector step of every agent."""
@@ -151,49 +160,96 @@ class ItemWriter:
         waiting for them. Writers that hold nothing across steps have nothing to forget."""
 
 
-class TransitionWriter(ItemWriter):
-    """One row per agent, env copy and step; inactive rows dropped at `batch()`."""
+def step_slots(target: np.ndarray, length: int) -> list[np.ndarray]:
+    """Views of `target[:, t]`, where step t's value goes, for every step of a fragment."""
+    return [target[:, t] for t in range(length)]
 
-    def allocate(self) -> PackedBatch:
-        lead = (len(self.agents), self.num_envs, self.length)
-        columns = allocate_packed([(c.name, c.dtype, lead + c.shape) for c in self.spec.columns])
-        if "agent_id" in columns:
-            for j, agent in enumerate(self.agents):
-                columns["agent_id"][j] = self.agent_ids[agent]
+
+class StagedWriter(ItemWriter):
+    """A writer whose steps go into a stage kept for the writer's life, through views of each
+    step's slot made once (`writes`); `batch()` copies the stage into the fragment's fresh
+    packed buffer, one copy per column. A fresh buffer per fragment (the previous one is in
+    flight) would need every view made anew, and writing through a ready view costs 60 % of
+    indexing a column by step (numpy's per-call cost is most of a small write): on CartPole
+    the writes were the collector's largest cost beside acting and stepping."""
+
+    stage: dict[str, np.ndarray]
+    writes: list[tuple[list[np.ndarray], Getter, str]]
+    """(the slots by step of a column or of one agent's part of it, getter, agent) of every
+    value written per step: the hot loop's one flat list."""
+
+    def add(self, record: StepRecord) -> None:
+        t = self.t
+        for slots, get, agent in self.writes:
+            slots[t][...] = get(record, agent)
+
+
+class TransitionWriter(StagedWriter):
+    """One row per agent, env copy and step; inactive rows dropped at `batch()`. The stage is
+    [agent, copy, step, ...] per column, `active` included; the packed buffer holds the
+    batch's rows, [agent * copy * step, ...], so a batch of only active rows is that buffer as
+    it is."""
+
+    def __init__(
+        self,
+        spec: ItemSpec,
+        agents: list[str],
+        agent_ids: dict[str, int],
+        num_envs: int,
+        length: int,
+    ) -> None:
+        super().__init__(spec, agents, agent_ids, num_envs, length)
+        lead = (len(agents), num_envs, length)
+        self.stage = {c.name: np.empty(lead + c.shape, c.dtype) for c in spec.columns}
+        if "agent_id" in self.stage:
+            for j, agent in enumerate(agents):
+                self.stage["agent_id"][j] = agent_ids[agent]
         self._active = np.ones(lead, bool)
         filled = [(n, get) for n, get in self.getters.items() if n != "agent_id"]
         filled.append(("active", _SOURCES["active"]))
         self.writes = [
-            (self._active[j] if name == "active" else columns[name][j], get, agent)
-            for j, agent in enumerate(self.agents)
-            for name, get in filled
+            (step_slots(self._active[j] if n == "active" else self.stage[n][j], length), get, a)
+            for j, a in enumerate(agents)
+            for n, get in filled
         ]
-        """(an agent's [copies, steps, ...] view of a column, getter, agent) of every value
-        written per step, `active` included: the hot loop's one flat list."""
-        return columns
 
-    def add(self, record: StepRecord) -> None:
-        t = self.t
-        for target, get, agent in self.writes:
-            target[:, t] = get(record, agent)
+    def allocate(self) -> PackedBatch:
+        rows = len(self.agents) * self.num_envs * self.length
+        return self.packed([(c.name, c.dtype, (rows, *c.shape)) for c in self.spec.columns])
 
     def batch(self) -> Batch:
         """Rows ordered by agent, then env copy, then step; only active agents' rows."""
-        rows = merge_leading(self.columns, 3)
-        if self._active.all():
-            return rows
-        keep = self._active.reshape(-1)
-        return pack({name: column[keep] for name, column in rows.items()})
+        for name, column in self.columns.items():
+            column[...] = self.stage[name].reshape(column.shape)
+        active = self._active
+        if self.t < self.length:  # steps not taken yet count as active, as in a fresh buffer
+            active = active.copy()
+            active[:, :, self.t :] = True
+        if active.all():
+            return self.columns
+        keep = active.reshape(-1)
+        return pack({name: column[keep] for name, column in self.columns.items()})
 
 
-class FragmentWriter(ItemWriter):
-    """One fragment item per env copy: `[T, agents, ...]` and `[T, ...]` columns."""
+class FragmentWriter(StagedWriter):
+    """One fragment item per env copy: `[T, agents, ...]` and `[T, ...]` columns, staged in
+    that shape (made at the first fragment: the episode writer below keeps its own)."""
 
     def allocate(self) -> PackedBatch:
-        return allocate_packed(self.spec.batch_specs(self.num_envs))
-
-    def add(self, record: StepRecord) -> None:
-        self.write_step(self.columns, record, (slice(None), self.t))
+        specs = self.spec.batch_specs(self.num_envs)
+        if not hasattr(self, "stage"):
+            self.stage = {name: np.empty(shape, dtype) for name, dtype, shape in specs}
+            self.writes = []
+            for column in self.spec.columns:
+                get, target = self.getters[column.name], self.stage[column.name]
+                if column.per == "group":
+                    self.writes.append((step_slots(target, target.shape[1]), get, self.agents[0]))
+                else:
+                    self.writes += [
+                        (step_slots(target[:, :, j], target.shape[1]), get, agent)
+                        for j, agent in enumerate(self.agents)
+                    ]
+        return self.packed(specs)
 
     def write_step(
         self, columns: dict[str, np.ndarray], record: StepRecord, at: tuple[Any, Any]
@@ -209,6 +265,8 @@ class FragmentWriter(ItemWriter):
                     target[(*at, j)] = get(record, agent)
 
     def batch(self) -> Batch:
+        for name, column in self.columns.items():
+            column[...] = self.stage[name]
         return self.columns
 
 
@@ -327,7 +385,7 @@ class TurnBasedWriter(ItemWriter):
 
     def allocate(self) -> PackedBatch:
         lead = (len(self.agents), self.num_envs, self.length + 1)
-        columns = allocate_packed([(c.name, c.dtype, lead + c.shape) for c in self.spec.columns])
+        columns = self.packed([(c.name, c.dtype, lead + c.shape) for c in self.spec.columns])
         self.completed = np.zeros(lead[:2], np.int64)
         """Transitions completed this fragment per (agent, copy): the next free slot."""
         return columns

@@ -138,3 +138,34 @@ def test_a_groups_fragments_carry_its_own_version_not_a_frozen_opponents() -> No
             writer.advance()
     assert learning.batch()["policy_version"].tolist() == [[5] * 4] * 2
     assert frozen.batch()["policy_version"].tolist() == [[1] * 4] * 2
+
+
+@pytest.mark.parametrize("kind", ["transition", "fragment"])
+def test_a_batch_keeps_its_values_while_the_writer_fills_the_next(kind: str) -> None:
+    # The writers keep one stage for their life and copy it into each fragment's own buffer:
+    # a batch in flight must not see the next fragment's steps.
+    agents, agent_ids = ["quitter", "runner"], {"quitter": 0, "runner": 1}
+    if kind == "transition":
+        spec = DQN.item_spec(group_of(3, 2, agents=2), job_with())
+        writer: TransitionWriter | FragmentWriter = TransitionWriter(spec, agents, agent_ids, 2, 8)
+    else:
+        spec = ItemSpec(
+            "fragment",
+            (*fragment_spec().columns, Column("policy_version", "<i8", per="group")),
+            agents=2,
+            length=8,
+        )
+        writer = FragmentWriter(spec, agents, agent_ids, 2, 8)
+    batches, kept = [], []
+    for fragment, version in enumerate((3, 4)):
+        for record in records(8, seed=fragment, versions=dict.fromkeys(agents, version)):
+            writer.add(record)
+            writer.advance()
+        batches.append(writer.batch())
+        kept.append({name: column.copy() for name, column in batches[-1].items()})
+        writer.reset()
+    for batch, copy in zip(batches, kept, strict=True):
+        assert batch.keys() == copy.keys()
+        for name in copy:
+            np.testing.assert_array_equal(batch[name], copy[name])
+    assert (kept[0]["policy_version"] == 3).all() and (kept[1]["policy_version"] == 4).all()
