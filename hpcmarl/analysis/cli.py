@@ -93,10 +93,12 @@ def guarded(body: Callable[[], int]) -> int:
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    from .plots import write_plots
+    from .plots import pyplot, write_plots
     from .psro import psro_summary
     from .report import render
 
+    if not args.no_plots:
+        pyplot()  # a missing analysis extra ends here, before the files are read
     out = Path(args.out) if args.out else default_out(args.paths)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "episodes.jsonl", "w") as episodes:

@@ -1,7 +1,8 @@
 """PNG plots of the summary, drawn with matplotlib's Agg backend (no display needed).
 
-matplotlib is imported only here and only when plots are asked for, so the rest of the
-analysis works where it is not installed; `write_plots` then says so instead of failing.
+matplotlib (the analysis extra) is imported only here and only when plots are asked for, so
+the rest of the analysis works where it is not installed: `analyze --no-plots`. Without it,
+`analyze` ends before reading anything, in one line naming the extra and `--no-plots`.
 """
 
 from __future__ import annotations
@@ -13,18 +14,21 @@ from typing import Any
 
 import numpy as np
 
+from hpcmarl.extras import require
+
 Figure = Any
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend; the analysis extra's error where it is missing."""
+    matplotlib = require("matplotlib", "analyze with plots", "pass --no-plots")
+    matplotlib.use("Agg")
+    return require("matplotlib.pyplot", "analyze with plots", "pass --no-plots")
 
 
 def write_plots(summary: dict[str, Any], folder: Path) -> list[str]:
     """Write every plot the summary has data for; return their file names."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return []
+    plt = pyplot()
     written = []
     for name, draw in PLOTS.items():
         fig = plt.figure(figsize=(8, 4.5))

@@ -14,18 +14,20 @@ the observations the step already computed.
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
 
+from hpcmarl.extras import require
+
 
 def fast_parallel(env: Any) -> Any:
     """`env` stepped by `AecCycle` when it is PettingZoo's AEC-to-parallel conversion, else
     `env` itself."""
-    from pettingzoo.utils.conversions import aec_to_parallel_wrapper
-
-    return AecCycle(env) if type(env) is aec_to_parallel_wrapper else env
+    conversions = require("pettingzoo.utils.conversions", "env.kind=pettingzoo")
+    return AecCycle(env) if type(env) is conversions.aec_to_parallel_wrapper else env
 
 
 class AecCycle:
@@ -102,9 +104,9 @@ class AecCycle:
 
 def state_is_observations(raw: Any) -> bool:
     """mpe2's `SimpleEnv.state()` concatenates `observe(agent)` over `possible_agents`; a
-    subclass that overrides `state` is not taken to."""
-    try:
-        from mpe2._mpe_utils.simple_env import SimpleEnv
-    except ImportError:
+    subclass that overrides `state` is not taken to. An mpe2 env has loaded mpe2's module, so
+    any other env never imports mpe2 here."""
+    simple_env = sys.modules.get("mpe2._mpe_utils.simple_env")
+    if simple_env is None:
         return False
-    return isinstance(raw, SimpleEnv) and type(raw).state is SimpleEnv.state
+    return isinstance(raw, simple_env.SimpleEnv) and type(raw).state is simple_env.SimpleEnv.state

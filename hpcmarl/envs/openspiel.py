@@ -24,6 +24,7 @@ import numpy as np
 
 from hpcmarl.envs.adapters import StepBuffers
 from hpcmarl.errors import EnvError
+from hpcmarl.extras import require
 
 OPENSPIEL_EXAMPLE = "kuhn_poker"
 
@@ -36,7 +37,7 @@ def make_openspiel(env_id: str, kwargs: dict[str, Any]) -> OpenSpielCopy:
 
 def load_game(env_id: str, kwargs: dict[str, Any]) -> Any:
     """The game, refused in one message if it is unknown, misconfigured or not turn-based."""
-    import pyspiel
+    pyspiel = require("pyspiel", "env.kind=openspiel")
 
     if "(" in env_id:
         if kwargs:
@@ -64,7 +65,7 @@ def load_game(env_id: str, kwargs: dict[str, Any]) -> Any:
 def check_turn_based(game: Any, env_id: str) -> None:
     """Refuse games this adapter cannot play: simultaneous moves, mean-field games, games that
     give the players no tensor to observe."""
-    import pyspiel
+    pyspiel = require("pyspiel", "env.kind=openspiel")
 
     kind = game.get_type()
     if kind.dynamics == pyspiel.GameType.Dynamics.SIMULTANEOUS:

@@ -24,6 +24,7 @@ from hpcmarl.envs.cycle import fast_parallel
 from hpcmarl.envs.frames import ParallelFrameStack
 from hpcmarl.envs.openspiel import make_openspiel
 from hpcmarl.errors import EnvError
+from hpcmarl.extras import missing_extra, require
 
 PETTINGZOO_EXAMPLE = "mpe2.simple_spread_v3"
 AEC_EXAMPLE = "pettingzoo.classic.tictactoe_v3"
@@ -81,6 +82,7 @@ def make_pettingzoo(env_id: str, kwargs: dict[str, Any], frame_stack: int = 1) -
     for a module with only the AEC API, its `env()`, played turn by turn
     (`pettingzoo.classic.tictactoe_v3`); a parallel env observes stacks of `frame_stack`
     frames when that is more than 1 (`envs.frames`)."""
+    require("pettingzoo", "env.kind=pettingzoo")
     module = _import_env_module(env_id)
     api = "parallel_env" if hasattr(module, "parallel_env") else "env"
     if not hasattr(module, api):
@@ -127,7 +129,7 @@ def _import_env_module(env_id: str) -> Any:
     try:
         return importlib.import_module(env_id)
     except ImportError as exc:
-        raise EnvError(
+        raise missing_extra(exc, f"env.id={env_id}") or EnvError(
             f"could not import PettingZoo env module {env_id!r} ({exc})",
             _suggest_module(env_id),
         ) from exc

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmarl.errors import ConfigError, EnvError
+from hpcmarl.extras import require
 
 PSRO_ALGOS = ("dqn", "ppo", "ippo", "mappo")
 """Algorithms that can be PSRO's best-response oracle: feed-forward actors whose frozen play is
@@ -54,11 +55,15 @@ def check_scorable(cfg: Any) -> None:
             "play an OpenSpiel game (env.kind: openspiel), or set psro.exploitability: false "
             "and psro.meta_solver: prd",
         )
+    if cfg.psro.meta_solver == "nash":  # scipy's linprog solves it mid-run: refused here
+        require("scipy.optimize", "psro.meta_solver=nash", "set psro.meta_solver: prd")
     from hpcmarl.envs.openspiel import load_game
+
+    game = load_game(cfg.env.id, dict(cfg.env.kwargs))  # the games extra, required there
     from hpcmarl.psro.exploitability import GameError, check_game
 
     try:
-        check_game(load_game(cfg.env.id, dict(cfg.env.kwargs)))
+        check_game(game)
     except GameError as error:
         raise EnvError(
             f"{wants}: {error.cause}",

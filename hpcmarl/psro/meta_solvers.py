@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from hpcmarl.errors import UserError
+from hpcmarl.extras import require
 
 MetaSolver = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
 """payoffs[p] [n_0, ..., n_{P-1}] per player -> one distribution [n_p] per player."""
@@ -149,7 +150,8 @@ def _require_constant_sum(first: np.ndarray, second: np.ndarray) -> None:
 
 def _maximin(matrix: np.ndarray) -> np.ndarray:
     """The row strategy x maximising min_j (x @ matrix)[j]: variables (x, v), minimise -v."""
-    from scipy.optimize import linprog  # here: scipy.optimize costs every rank 0.3 s to import
+    # here: scipy.optimize costs every rank 0.3 s to import
+    linprog = require("scipy.optimize", "psro.meta_solver=nash").linprog
 
     n_rows, n_columns = matrix.shape
     objective = np.zeros(n_rows + 1)
