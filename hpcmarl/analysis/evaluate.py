@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
-from ..storage.checkpoint import Checkpoint, checkpoint_ids, latest_checkpoint, read_checkpoint
+from ..storage.policies import chosen_checkpoint, policy_tables
 
 CHUNK_EPISODES = 100
 """Episodes played at once (one env copy each): bounds memory for any --episodes."""
@@ -37,11 +37,11 @@ def evaluate_run(
     """Team and per-agent greedy returns of the run's policies at one checkpoint (the newest
     intact one by default), over `episodes` episodes from start states drawn by `seed`; with
     `random_baseline`, also uniformly random play's (`random`) on the same start states."""
-    from ..algos.actors import UniformActor, build_actor
-    from ..algos.contract import PolicySpec
+    from ..algos.actors import UniformActor
     from ..config.loader import load_job
     from ..envs import make_vector_env
     from ..launch.build import frame_stack_of, probe_env
+    from ..policy import actor_of
 
     run_dir = Path(run_dir)
     job = run_dir / "config.yaml"
@@ -53,8 +53,8 @@ def evaluate_run(
             f"{run_dir} is a PSRO run, whose policies are judged by exploitability, not return",
             f"read its exploitability with python -m hpcmarl analyze {run_dir}",
         )
-    ckpt = _checkpoint(run_dir, checkpoint)
-    tables = _policy_tables(ckpt)
+    ckpt = chosen_checkpoint(run_dir, checkpoint)
+    tables = policy_tables(ckpt)
     spec = probe_env(cfg)
     bindings = spec.bindings(cfg.agents.strategy_spec_id)
     missing = sorted(set(bindings.values()) - set(tables))
@@ -63,11 +63,7 @@ def evaluate_run(
             f"checkpoint {ckpt.id} of {run_dir} holds no weights for {', '.join(missing)}",
             "evaluate a later checkpoint (--checkpoint), after the learners first published",
         )
-    actors = {}
-    for key in set(bindings.values()):
-        actor = build_actor(PolicySpec.from_json(tables[key]["spec"]))
-        actor.set_weights(np.asarray(tables[key]["weights"], np.float32))
-        actors[key] = actor
+    actors = {key: actor_of(tables[key]) for key in set(bindings.values())}
     make_env = functools.partial(make_vector_env, cfg.env, frame_stack=frame_stack_of(cfg))
     played = _play(make_env, actors, bindings, episodes, seed)
     info = ckpt.info().get("counters", {})
@@ -75,7 +71,7 @@ def evaluate_run(
         "run_dir": str(run_dir),
         "checkpoint": ckpt.id,
         "env_steps": info.get("env_steps"),
-        "versions": {key: int(tables[key]["version"]) for key in sorted(actors)},
+        "versions": {key: tables[key].version for key in sorted(actors)},
         "seed": seed,
         **played,
     }
@@ -118,39 +114,6 @@ def _play(
         "length_mean": float(np.concatenate(lengths).mean()),
         "agent_returns": {a: float(np.concatenate(r).mean()) for a, r in per_agent.items()},
     }
-
-
-def _checkpoint(run_dir: Path, checkpoint: str | None) -> Checkpoint:
-    if checkpoint is not None:
-        if checkpoint not in checkpoint_ids(run_dir):
-            held = ", ".join(checkpoint_ids(run_dir)) or "none"
-            raise UserError(
-                f"{run_dir} has no checkpoint {checkpoint!r} (it has: {held})",
-                "name one of its checkpoints with --checkpoint, or leave --checkpoint out",
-            )
-        return read_checkpoint(run_dir, checkpoint)
-    newest, skipped = latest_checkpoint(run_dir)
-    if newest is None:
-        why = f" ({'; '.join(skipped)})" if skipped else ""
-        raise UserError(
-            f"{run_dir} holds no intact checkpoint{why}",
-            "evaluate a run that has written a checkpoint (checkpoint.interval_s, or its end)",
-        )
-    return newest
-
-
-def _policy_tables(ckpt: Checkpoint) -> dict[str, dict[str, Any]]:
-    """key -> {spec, weights, version} from every parameter server of the checkpoint."""
-    tables: dict[str, dict[str, Any]] = {}
-    for role in ckpt.roles():
-        if not role.startswith("ps"):
-            continue
-        saved: dict[str, Any] = ckpt.read_role(role).get("tables", {})  # type: ignore[assignment]
-        for sid, policies in saved.items():
-            for policy, entry in policies.items():
-                if entry.get("weights") is not None:
-                    tables[f"{sid}/{policy}"] = entry
-    return tables
 
 
 def evaluate_main(argv: list[str]) -> int:

@@ -13,7 +13,7 @@ import dataclasses
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -24,6 +24,7 @@ from hpcmarl.config.validate import build_job, require_mapping
 from hpcmarl.errors import ConfigError
 
 __all__ = [
+    "JobSource",
     "apply_overrides",
     "explain",
     "field_help",
@@ -194,12 +195,23 @@ def read_job_file(path: str) -> dict:
     return {} if data is None else require_mapping(data, path)
 
 
-def load_job(path: str | None, overrides: Sequence[str] = ()) -> JobConfig:
-    """The job to run: the file (or, if None, the built-in default job) with overrides on top."""
-    data = {} if path is None else read_job_file(path)
+JobSource = str | os.PathLike | Mapping[str, Any] | None
+"""A job file's path, the same keys as a mapping (`hpcmarl.train`), or None: the default job."""
+
+
+def load_job(job: JobSource, overrides: Sequence[str] = ()) -> JobConfig:
+    """The job to run, with overrides on top: a job file, a mapping of the keys a job file
+    holds (never changed here), or, if None, the built-in default job."""
+    if job is None:
+        data, source = {}, "<default job>"
+    elif isinstance(job, Mapping):
+        data, source = require_mapping(dict(job), "<job mapping>"), "<job mapping>"
+    else:
+        source = os.fspath(job)
+        data = read_job_file(source)
     data = apply_overrides(data, overrides)
     origins = {_split_override(text)[0]: text for text in overrides}
-    return build_job(data, path if path is not None else "<default job>", origins)
+    return build_job(data, source, origins)
 
 
 def save_resolved(cfg: JobConfig, path: str) -> None:

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from ..comm.doorbell import make_doorbell
 from ..comm.failures import die_seen, exit_now, is_peer_failure, ulfm_enabled
 from ..comm.progress import Backoff
 from ..comm.transport import LocalTransport, MpiTransport
-from ..config.loader import job_from_dict, job_to_dict, load_job
+from ..config.loader import JobSource, job_from_dict, job_to_dict, load_job
 from ..config.schema import JobConfig
 from ..core import Role
 from ..errors import UserError
@@ -96,33 +97,50 @@ class Plan:
         return resolve_wiring(self.cfg, self.topology)
 
 
-def run_job(job_path: str | None, overrides: list[str]) -> int:
+def run_job(job: JobSource, overrides: Sequence[str]) -> int:
     """Entry point of `python -m hpcmarl train`; returns the process exit code."""
+    return launch_job(job, overrides).code
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How the job ended on this rank, for `hpcmarl.train`."""
+
+    code: int
+    """The exit code `python -m hpcmarl` would end with."""
+    run_dir: str | None
+    """The run directory, once the ranks agreed on one (None: refused before)."""
+    refusal: str = ""
+    """Why the job was refused before it started (exit code 2), as printed."""
+
+
+def launch_job(job: JobSource, overrides: Sequence[str]) -> Ended:
+    """Run the job on this rank: `python -m hpcmarl` and `hpcmarl.train` both come here."""
     comm = world_comm()
     rank = comm.Get_rank() if comm is not None else 0
     try:
         nodes = gather_nodes(comm)
-        outcome = plan_on_rank0(job_path, overrides, nodes) if rank == 0 else None
+        outcome = plan_on_rank0(job, overrides, nodes) if rank == 0 else None
         if comm is not None:
             outcome = comm.bcast(outcome, root=0)
         assert outcome is not None
         if outcome[0] == "error":
             if rank == 0:
                 print(f"hpcmarl: error: {outcome[1]}", file=sys.stderr, flush=True)
-            return UserError.exit_code
+            return Ended(UserError.exit_code, None, outcome[1])
         plan = expand_plan(outcome[1], nodes)
         if rank == 0:
             write_rank_map(plan.topology)  # for the launcher, should a rank be killed
-        if refused_by_a_host(plan, nodes, comm, rank):
-            return UserError.exit_code
+        if refusal := refused_by_a_host(plan, nodes, comm, rank):
+            return Ended(UserError.exit_code, None, refusal)
         if rank == 0:
             print(run_dir_line(plan.run_dir), flush=True)
     except Exception as err:  # noqa: BLE001 - a rank that fails before the loop ends the world
         abandon_run_dir()
         fail_rank(rank, None, err, None, comm)
-        return 1
+        return Ended(1, None)
     try:
-        return run_rank(plan, comm, rank)
+        return Ended(run_rank(plan, comm, rank), plan.run_dir)
     finally:
         release_run_dir()  # rank 0's lock (run_lock.py); a no-op on the other ranks
 
@@ -135,13 +153,13 @@ def world_comm() -> Any:
     return MPI.COMM_WORLD
 
 
-def plan_on_rank0(job_path: str | None, overrides: list[str], nodes: list[Node]) -> tuple:
+def plan_on_rank0(job: JobSource, overrides: Sequence[str], nodes: list[Node]) -> tuple:
     """Parse, probe, place and check on rank 0 (`nodes`: each rank's host and free memory); a
     user error becomes a message for every rank. The run directory is created last, so that a
     refused job writes nothing."""
     try:
         check_streams_writable()
-        cfg = load_job(job_path, overrides)
+        cfg = load_job(job, overrides)
         tolerance = fault_tolerance_line(cfg, launched_by_mpi())
         spec = probe_env(cfg)
         topology = place(cfg, spec, nodes)
@@ -185,19 +203,20 @@ def place(cfg: JobConfig, spec: EnvSpec, nodes: list[Node]) -> Topology:
     return build_topology(len(nodes), cfg.topology, spec.training_groups(), hosts, gpus)
 
 
-def refused_by_a_host(plan: Plan, nodes: list[Node], comm: Any, rank: int) -> bool:
+def refused_by_a_host(plan: Plan, nodes: list[Node], comm: Any, rank: int) -> str:
     """What rank 0 cannot check alone (hosts.py), on every rank together: the run directory
     seen and written from every host, the dataset read where replay shards read it. A refusal
-    is one line from rank 0, which removes the run directory it made, and exit 2 everywhere."""
+    is one line from rank 0, which removes the run directory it made, and exit 2 everywhere;
+    the refusal is returned ('' when none)."""
     dataset = plan.cfg.offline.dataset if plan.resume_id is None else ""
     readers = set(dataset_readers(plan.topology, nodes)) if dataset else set()
     verdict = check_hosts(comm, rank, nodes, plan.run_dir, dataset, readers)
     if verdict is None:
-        return False
+        return ""
     if rank == 0:
         unmake_run_dir(plan.run_dir, plan.made_dirs)
         print(f"hpcmarl: error: {verdict}", file=sys.stderr, flush=True)
-    return True
+    return verdict
 
 
 def run_rank(plan: Plan, comm: Any, rank: int) -> int:

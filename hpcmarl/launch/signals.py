@@ -28,8 +28,12 @@ _received: list[str] = []
 _next_file_check = 0.0
 
 
+CAUGHT = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2)
+"""The signals `install` turns into flags."""
+
+
 def install() -> None:
-    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2):
+    for sig in CAUGHT:
         signal.signal(sig, _record)
 
 
