@@ -16,6 +16,8 @@ USAGE = """usage: python -m hpcmarl [train] [JOB.yaml] [key=value ...]
        python -m hpcmarl analyze RUN_DIR_OR_FILE... [--out DIR] [--json]
        python -m hpcmarl export FILE --format minari|d4rl [--agent ID | --team] [--out PATH]
        python -m hpcmarl evaluate RUN_DIR [--episodes N] [--checkpoint ID] [--json]
+       python -m hpcmarl export-policy RUN_DIR --format torchscript|onnx|state_dict --out PATH
+                         [--policy ID] [--checkpoint ID]   a trained policy, for plain torch
        python -m hpcmarl --explain        every job key with its type, default and meaning
 
 examples:
@@ -49,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         from .analysis.evaluate import evaluate_main
 
         return evaluate_main(args[1:])
+    if args and args[0] == "export-policy":
+        from .policy_export import export_policy_main
+
+        return export_policy_main(args[1:])
     if args and args[0] == "resume":
         return resume(args[1:])
     if args and args[0] == "scale":

@@ -23,33 +23,40 @@ from hpcmarl.algos.networks import recurrent_layout
 from hpcmarl.errors import ConfigError, UserError
 from hpcmarl.storage.policies import PolicyEntry
 
-TINY = {
-    "commander": {"stop_value": None, "max_env_steps": 400},
-    "topology": {"collectors": 1},
-    "replay": {"learning_starts": 64},
-}
-"""A whole job as a mapping: the keys of a job file."""
+from .conftest import TINY
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> hpcmarl.Run:
-    return hpcmarl.train(TINY, ["learner.batch_size=16"], run_dir=tmp_path_factory.mktemp("r"))
-
-
-def test_train_runs_a_job_mapping_in_this_process_and_reads_back_its_rows(run) -> None:
-    rows = run.metrics()
-    assert run.run_dir.is_absolute() and (run.run_dir / "config.yaml").is_file()
+def test_train_runs_a_job_mapping_in_this_process_and_reads_back_its_rows(tiny_run) -> None:
+    rows = tiny_run.metrics()
+    assert tiny_run.run_dir.is_absolute() and (tiny_run.run_dir / "config.yaml").is_file()
     assert [r["kind"] for r in rows].count("finished") == 1
-    assert run.metrics("progress") and all(r["kind"] == "progress" for r in run.metrics("progress"))
-    final = run.final
+    assert tiny_run.metrics("progress") and all(
+        r["kind"] == "progress" for r in tiny_run.metrics("progress")
+    )
+    final = tiny_run.final
     assert final["env_steps"] >= 400 and final["reason"].startswith("step budget reached")
-    assert final["episodes"] == run.metrics("progress")[-1]["episodes"] > 0
-    saved = (run.run_dir / "config.yaml").read_text()
+    assert final["episodes"] == tiny_run.metrics("progress")[-1]["episodes"] > 0
+    saved = (tiny_run.run_dir / "config.yaml").read_text()
     assert "max_env_steps: 400" in saved and "batch_size: 16" in saved  # mapping + override
 
 
-def test_train_leaves_the_callers_signal_handlers_as_they_were(run) -> None:
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+def test_train_refused_at_start_raises_its_line_and_gives_back_the_signal_handlers(
+    tmp_path: Path,
+) -> None:
+    """The env cannot be made: the refusal comes from the launch path's planning (exit 2 in the
+    command), as the exception's message; the caller's SIGINT handler is back afterwards."""
+
+    def mine(signum: int, frame: object) -> None: ...
+
+    before = signal.signal(signal.SIGINT, mine)
+    try:
+        with pytest.raises(UserError, match="NoSuchEnv-v0") as raised:
+            hpcmarl.train(TINY, ["env.id=NoSuchEnv-v0"], run_dir=tmp_path / "run")
+        assert "fix: " in str(raised.value) and "exit code" not in str(raised.value)
+        assert signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_job_file_trains_too_and_a_bad_key_raises_before_anything_is_written(
@@ -64,8 +71,8 @@ def test_a_job_file_trains_too_and_a_bad_key_raises_before_anything_is_written(
         hpcmarl.load_policy(tmp_path)
 
 
-def test_the_loaded_policy_acts_greedily_as_its_network_scores(run) -> None:
-    policy = hpcmarl.load_policy(run.run_dir)
+def test_the_loaded_policy_acts_greedily_as_its_network_scores(tiny_run) -> None:
+    policy = hpcmarl.load_policy(tiny_run.run_dir)
     assert policy.key == "main/shared" and policy.version >= 1 and not policy.recurrent
     assert isinstance(policy.module, torch.nn.Module)
     obs = np.random.default_rng(0).normal(size=(1000, 4)).astype(np.float32)
@@ -81,20 +88,25 @@ def test_the_loaded_policy_acts_greedily_as_its_network_scores(run) -> None:
         policy.act(np.zeros((3, 5)))
 
 
-def test_a_policy_or_checkpoint_the_run_lacks_is_refused_naming_what_it_holds(run) -> None:
-    assert hpcmarl.load_policy(run.run_dir, "shared", "000001").key == "main/shared"
-    assert hpcmarl.load_policy(run.run_dir, "main/shared").checkpoint == "000001"
+def test_a_policy_or_checkpoint_the_run_lacks_is_refused_naming_what_it_holds(tiny_run) -> None:
+    assert hpcmarl.load_policy(tiny_run.run_dir, "shared", "000001").key == "main/shared"
+    assert hpcmarl.load_policy(tiny_run.run_dir, "main/shared").checkpoint == "000001"
     with pytest.raises(UserError, match=r"no policy 'p9' \(it holds: main/shared\)"):
-        hpcmarl.load_policy(run.run_dir, "p9")
+        hpcmarl.load_policy(tiny_run.run_dir, "p9")
     with pytest.raises(UserError, match=r"no checkpoint '000042' \(it has: 000001\)"):
-        hpcmarl.load_policy(run.run_dir, checkpoint="000042")
+        hpcmarl.load_policy(tiny_run.run_dir, checkpoint="000042")
 
 
-def test_a_recurrent_policy_takes_and_returns_its_state() -> None:
+def recurrent_policy() -> hpcmarl.Policy:
+    """A GRU Q-network policy (VDN's, R2D2's) with random weights: 4 inputs, 3 actions."""
     layout = tuple(recurrent_layout(4, 8, 3))
     spec = PolicySpec("main/p", "recurrent_epsilon_greedy", 4, 3, (), params=layout, recurrent=8)
     weights = np.random.default_rng(1).normal(size=spec.size).astype(np.float32)
-    policy = hpcmarl.Policy(PolicyEntry(spec.key, spec.to_json(), weights, 3), "000001")
+    return hpcmarl.Policy(PolicyEntry(spec.key, spec.to_json(), weights, 3), "000001")
+
+
+def test_a_recurrent_policy_takes_and_returns_its_state() -> None:
+    policy = recurrent_policy()
     obs = np.random.default_rng(2).normal(size=(2, 16, 4)).astype(np.float32)
     first, state = policy.act(obs[0])
     second, state = policy.act(obs[1], state=state)
