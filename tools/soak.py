@@ -28,6 +28,7 @@ from pathlib import Path
 
 from launcher import hpcmarl_command, hpcmarl_env
 
+from hpcmarl.storage.checkpoint import checkpoint_ids
 from hpcmarl.testing.ranks import rank_pids, rss_mib
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,7 +143,7 @@ def report(
     progress = list(csv.DictReader((run_dir / "progress.csv").read_text().splitlines()))
     last = progress[-1] if progress else {}
     full_at = next((r["time_s"] for r in progress if float(r["replay_fill"] or 0) >= 0.999), None)
-    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("*") if p.is_dir())
+    checkpoints = checkpoint_ids(run_dir)  # not the `latest` link beside them
     tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
     print(
         f"\njob exit {returncode}; {tail[0] if tail else ''}\n"

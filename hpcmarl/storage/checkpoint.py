@@ -2,7 +2,11 @@
 
     RUN_DIR/checkpoints/000012/replay0.h5     one file per role, written by that role
     RUN_DIR/checkpoints/000012/manifest.json  written last, by the commander: the commit
-    RUN_DIR/checkpoints/latest                "000012": moved after the manifest
+    RUN_DIR/checkpoints/latest -> 000012      a symbolic link, moved after the manifest
+
+`latest` is a link so that `RUN_DIR/checkpoints/latest/ps0.h5` opens the newest checkpoint's
+file from anywhere. Runs written before, and filesystems without symbolic links, hold a text
+file there naming the id instead; `latest_pointer` reads both.
 
 A checkpoint exists once its manifest does; a directory without one is a checkpoint that a
 crash interrupted and is never used. Every step replaces whole files atomically, so a kill at
@@ -14,7 +18,9 @@ saying why.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 import shutil
 from dataclasses import asdict, dataclass
@@ -27,6 +33,7 @@ from .hdf5 import (
     FileRecord,
     StorageError,
     Tree,
+    link_atomic,
     read_tree_with_attrs,
     sha256_of,
     write_bytes_atomic,
@@ -40,6 +47,7 @@ __all__ = [
     "commit_checkpoint",
     "has_checkpoints",
     "latest_checkpoint",
+    "latest_pointer",
     "next_checkpoint_id",
     "read_checkpoint",
     "checkpoint_ids",
@@ -157,9 +165,20 @@ def commit_checkpoint(
         "info": info,
     }
     write_bytes_atomic(path / MANIFEST, json.dumps(manifest, indent=2).encode())
-    write_bytes_atomic(path.parent / LATEST, f"{ckpt_id}\n".encode())
+    _move_latest(path.parent / LATEST, ckpt_id)
     _prune(run_dir, ckpt_id, keep)
     return path
+
+
+def _move_latest(pointer: Path, ckpt_id: str) -> None:
+    """`latest` becomes a link to the checkpoint's directory (replacing a text file of an older
+    run's in one rename); a filesystem that has no symbolic links gets the text file."""
+    try:
+        link_atomic(pointer, ckpt_id)
+    except OSError as err:
+        if err.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        write_bytes_atomic(pointer, f"{ckpt_id}\n".encode())
 
 
 def _check_records(path: Path, records: list[FileRecord]) -> None:
@@ -229,14 +248,22 @@ def read_checkpoint(run_dir: str | Path, ckpt_id: str) -> Checkpoint:
         ) from None
 
 
-def _pointer_problems(run_dir: str | Path) -> list[str]:
+def latest_pointer(run_dir: str | Path) -> str | None:
+    """What `checkpoints/latest` names: the link's target, or an older run's text (None: no
+    pointer). Only a hint: `latest_checkpoint` trusts the manifests, not the pointer."""
     pointer = Path(run_dir) / "checkpoints" / LATEST
-    if not pointer.exists():
+    if pointer.is_symlink():
+        return Path(os.readlink(pointer)).name
+    if not pointer.is_file():
+        return None
+    return pointer.read_text(errors="replace").strip()
+
+
+def _pointer_problems(run_dir: str | Path) -> list[str]:
+    named = latest_pointer(run_dir)
+    if named is None or (named.isdigit() and checkpoint_path(run_dir, named).is_dir()):
         return []
-    text = pointer.read_text(errors="replace").strip()
-    if text.isdigit() and checkpoint_path(run_dir, text).is_dir():
-        return []
-    return [f"the latest pointer names checkpoint {text[:40]!r}, which does not exist: ignored"]
+    return [f"the latest pointer names checkpoint {named[:40]!r}, which does not exist: ignored"]
 
 
 def _verified_manifest(path: Path) -> dict[str, Any]:

@@ -154,6 +154,20 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
         fh.write(data)
 
 
+def link_atomic(path: str | Path, target: str) -> None:
+    """Point the symbolic link `path` at `target` (relative to its folder) in one rename, so
+    that a reader sees the old target or the new one, never no link; the folder is fsynced."""
+    final = Path(path)
+    tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}.tmp")
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(final.parent)
+
+
 def sha256_of(path: str | Path) -> str:
     """Hex digest, read in 1 MiB blocks so that a replay file of many GiB needs no memory."""
     digest = hashlib.sha256()

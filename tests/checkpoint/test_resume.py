@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcmarl.storage.checkpoint import latest_checkpoint
+from hpcmarl.storage.checkpoint import latest_checkpoint, latest_pointer
 from hpcmarl.storage.hdf5 import read_tree
 from hpcmarl.testing.ranks import rank_pids
 
@@ -143,7 +143,7 @@ def test_kill_9_of_a_replay_rank_ends_the_job_and_resume_restores_replay(tmp_pat
         ["-m", "hpcmarl", "resume", str(tmp_path), f"commander.max_env_steps={budget}"], timeout=300
     )
     assert again.returncode == 0, again.stderr[-3000:]
-    newest = latest.read_text().strip()
+    newest = latest_pointer(tmp_path)
     assert newest != saved
     for role in ("replay0", "replay1"):
         before = leaves(read_tree(tmp_path / "checkpoints" / saved / f"{role}.h5"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -15,11 +16,12 @@ from hpcmarl.storage.checkpoint import (
     commit_checkpoint,
     has_checkpoints,
     latest_checkpoint,
+    latest_pointer,
     next_checkpoint_id,
     role_file,
     write_role_state,
 )
-from hpcmarl.storage.hdf5 import StorageError, sha256_of
+from hpcmarl.storage.hdf5 import StorageError, link_atomic, read_tree, sha256_of
 
 ROLES = ("replay0", "learner0", "commander")
 
@@ -56,7 +58,9 @@ def test_a_committed_checkpoint_reads_back(tmp_path: Path) -> None:
     assert checkpoint.info() == {"env_steps": 100}
     tree = checkpoint.read_role("learner0")
     assert tree["id"] == 1 and isinstance(tree["w"], np.ndarray) and tree["w"].dtype == np.float64
-    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == ckpt_id
+    latest = tmp_path / "checkpoints" / "latest"
+    assert latest.is_symlink() and os.readlink(latest) == ckpt_id == latest_pointer(tmp_path)
+    assert read_tree(latest / "learner0.h5")["id"] == 1  # the newest checkpoint's files
     manifest = json.loads((checkpoint.path / "manifest.json").read_text())
     assert manifest["id"] == ckpt_id and manifest["schema_version"] == 1 and manifest["created"]
     assert {f["name"] for f in manifest["files"]} == {f"{r}.h5" for r in ROLES}
@@ -84,8 +88,26 @@ def test_kill_before_the_manifest_leaves_the_previous_checkpoint(tmp_path: Path)
 def test_kill_before_the_pointer_moved_uses_the_newer_checkpoint(tmp_path: Path) -> None:
     take(tmp_path)
     take(tmp_path)
-    (tmp_path / "checkpoints" / "latest").write_text("000001\n")
+    link_atomic(tmp_path / "checkpoints" / "latest", "000001")
     assert resumed_id(tmp_path) == ("000002", [])
+
+
+def test_an_older_runs_text_pointer_is_read_and_becomes_a_link_at_the_next_commit(
+    tmp_path: Path,
+) -> None:
+    take(tmp_path)
+    latest = tmp_path / "checkpoints" / "latest"
+    latest.unlink()
+    latest.write_text("000001\n")  # as hpcmarl wrote it before the link
+    assert latest_pointer(tmp_path) == "000001" and resumed_id(tmp_path) == ("000001", [])
+    take(tmp_path)
+    assert latest.is_symlink() and latest_pointer(tmp_path) == "000002"
+    assert resumed_id(tmp_path) == ("000002", [])
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "000001",
+        "000002",
+        "latest",
+    ]  # no temporary link left beside it
 
 
 def test_leftover_temp_files_are_ignored_and_cleaned_at_the_next_commit(tmp_path: Path) -> None:
@@ -122,7 +144,7 @@ def test_no_usable_checkpoint_gives_none_with_every_reason(tmp_path: Path) -> No
     role_file(tmp_path, "000001", "commander").unlink()
     (checkpoint_path(tmp_path, "000001") / "manifest.json").write_text("{not json")
     write_files(tmp_path)
-    (tmp_path / "checkpoints" / "latest").write_text("000099\n")
+    link_atomic(tmp_path / "checkpoints" / "latest", "000099")  # a link to nothing
     checkpoint_id, skipped = resumed_id(tmp_path)
     assert checkpoint_id is None and has_checkpoints(tmp_path)
     assert "names checkpoint '000099', which does not exist" in skipped[0]
