@@ -62,7 +62,7 @@ def export_policy(policy: Policy, fmt: str, out: str | Path) -> str:
         torch.save(policy.module.state_dict(), out)
     elif fmt == "torchscript":
         with quiet_exporters():
-            torch.jit.save(torch.jit.script(acting_network(policy)[0]), str(out))
+            torch.jit.save(_scripted(policy), str(out))
     elif fmt == "onnx":
         with quiet_exporters():
             _export_onnx(policy, out)
@@ -82,6 +82,29 @@ def quiet_exporters() -> Iterator[None]:
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", "Exporting a model to ONNX with a batch_size other")
         yield
+
+
+def _scripted(policy: Policy) -> torch.jit.ScriptModule:
+    """The network compiled by `torch.jit.script`, which keeps every branch; a network it
+    cannot compile (a user's torso in plain Python) is traced on example inputs instead."""
+    net, example, _ = acting_network(policy)
+    try:
+        return torch.jit.script(net)
+    except Exception:  # noqa: BLE001 - the compiler's reasons are many; tracing may do
+        pass
+    try:
+        return torch.jit.trace(net, example)
+    except Exception as err:  # noqa: BLE001
+        raise UserError(
+            f"policy {policy.key} ({type(net).__name__}) cannot be exported to TorchScript: "
+            f"{_first_line(err)}",
+            "export it as state_dict or onnx",
+        ) from None
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _export_onnx(policy: Policy, out: Path) -> None:
@@ -106,9 +129,9 @@ def _export_onnx(policy: Policy, out: Path) -> None:
         )
     except Exception as err:  # noqa: BLE001 - the exporter's own reasons are many
         out.unlink(missing_ok=True)
-        cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(
-            f"policy {policy.key} ({type(net).__name__}) cannot be exported to ONNX: {cause}",
+            f"policy {policy.key} ({type(net).__name__}) cannot be exported to ONNX: "
+            f"{_first_line(err)}",
             "export it as torchscript or state_dict",
         ) from None
 

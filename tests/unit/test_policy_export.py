@@ -101,3 +101,29 @@ def test_a_wrong_policy_or_run_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("hpcmarl: error: ") and "not a run directory" in err
     assert not (tmp_path / "p.pt").exists()
+
+
+class PlainPython(torch.nn.Module):
+    """A network `torch.jit.script` cannot compile (a lambda attribute), as a user's torso
+    written in plain Python may be; tracing records it."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.post = lambda x: x * 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.post(self.inner(x))
+
+
+def test_a_network_torchscript_cannot_compile_is_traced_instead(
+    tiny_run: hpcmarl.Run, tmp_path: Path
+) -> None:
+    policy = hpcmarl.load_policy(tiny_run.run_dir)
+    greedy = policy.act(OBSERVATIONS)
+    policy.actor.net = PlainPython(policy.module)
+    with pytest.raises(Exception):  # noqa: B017 - whichever error the compiler raises
+        torch.jit.script(policy.module)
+    export_policy(policy, "torchscript", tmp_path / "p.pt")
+    traced = torch.jit.load(str(tmp_path / "p.pt"))
+    assert np.array_equal(traced(torch.from_numpy(OBSERVATIONS)).argmax(1).numpy(), greedy)
