@@ -38,7 +38,8 @@ class TrainingError(RuntimeError):
 
 
 class Run:
-    """A run directory and what the run recorded in it (`metrics.jsonl`)."""
+    """A run directory and what the run recorded in it (`metrics.jsonl`), read when asked: a
+    run continued in the same directory (a resume, another `train` there) shows its newest."""
 
     def __init__(self, run_dir: str | Path, exit_code: int = EXIT_OK) -> None:
         self.run_dir = Path(run_dir)
