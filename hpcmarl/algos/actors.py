@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from hpcmarl.algos.contract import Actor, ActResult, PolicySpec
 from hpcmarl.algos.masking import masked, masked_log_softmax
-from hpcmarl.algos.networks import RecurrentQNet, mlp, param_spec, set_flat
+from hpcmarl.algos.networks import RecurrentQNet, param_spec, policy_network, set_flat
 from hpcmarl.errors import ConfigError
 
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -39,23 +39,20 @@ def linear_epsilon(env_steps: int, start: float, end: float, decay_steps: float)
 
 
 class FrozenActor:
-    """A network laid out as the spec says (`build`), loaded from flat vectors, without
-    gradients; a spec whose parameters differ from the network's is refused."""
+    """The network the spec describes (`networks.policy_network`), loaded from flat vectors,
+    without gradients; a spec whose parameters differ from the network's is refused."""
 
     def __init__(self, spec: PolicySpec) -> None:
         self.spec = spec
         self.n_actions = spec.n_actions
         with torch.random.fork_rng(devices=[]):  # its weights come from the server anyway
-            self.net = self.build(spec)
+            self.net = policy_network(spec)
         self.net.requires_grad_(False)
         held = tuple(param_spec(self.net))
         if held != spec.params:
             raise ValueError(f"policy {spec.key}: the spec lists {spec.params}, the actor {held}")
         self.agent_ids = spec.agent_ids
         """Width of the one-hot agent index the network takes (0: none)."""
-
-    def build(self, spec: PolicySpec) -> torch.nn.Module:
-        raise NotImplementedError
 
     def set_weights(self, flat: np.ndarray) -> None:
         """Load weights pulled from the parameter server (in place: views of them stay valid)."""
@@ -72,22 +69,21 @@ class FrozenActor:
 
 
 class NetworkActor(FrozenActor):
-    """An MLP, its forward pass on the layers' own tensors."""
-
-    net: torch.nn.Sequential
+    """A feed-forward network; an MLP's forward pass on the layers' own tensors."""
 
     def __init__(self, spec: PolicySpec) -> None:
         super().__init__(spec)
-        self._layers = [(m.weight, m.bias) for m in self.net if isinstance(m, torch.nn.Linear)]
+        self._layers = []
+        if isinstance(self.net, torch.nn.Sequential):  # the mlp torso
+            self._layers = [(m.weight, m.bias) for m in self.net if isinstance(m, torch.nn.Linear)]
         self._activation = _ACTIVATIONS[spec.activation]
-
-    def build(self, spec: PolicySpec) -> torch.nn.Module:
-        return mlp(spec.in_dim, spec.hidden_sizes, spec.n_actions, spec.activation)
 
     def scores(self, obs: np.ndarray, agent_index: np.ndarray | None = None) -> torch.Tensor:
         """The network's outputs (Q-values or logits) for a batch [B, obs_dim]."""
         with torch.inference_mode():
             h = self.inputs(obs, agent_index)
+            if not self._layers:
+                return self.net(h)  # type: ignore[no-any-return]
             for weight, bias in self._layers[:-1]:
                 h = self._activation(F.linear(h, weight, bias))
             return F.linear(h, *self._layers[-1])
@@ -194,9 +190,6 @@ class RecurrentEpsilonGreedyActor(FrozenActor):
     def __init__(self, spec: PolicySpec) -> None:
         super().__init__(spec)
         self.schedule = _eps(spec.exploration())
-
-    def build(self, spec: PolicySpec) -> torch.nn.Module:
-        return RecurrentQNet(spec.in_dim, spec.recurrent, spec.n_actions)
 
     def act(
         self,

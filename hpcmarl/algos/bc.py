@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from hpcmarl.algos.base import NetworkAlgorithm
 from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec
 from hpcmarl.algos.dqn import q_policy_spec, transition_item
-from hpcmarl.algos.networks import mlp
+from hpcmarl.algos.networks import policy_network
 from hpcmarl.items.spec import ItemSpec
 
 
@@ -39,8 +39,8 @@ class BehaviourCloning(NetworkAlgorithm):
         return q_policy_spec(group, job, {"eps_start": 0.0, "eps_end": 0.0, "eps_decay": 1})
 
     def build_networks(self) -> dict[str, torch.nn.Module]:
-        obs_dim, n_actions = self.group.dims(self.group.policies[0])
-        self.q = mlp(obs_dim, self.cfg.hidden_sizes, n_actions)
+        (spec,) = self.policy_specs(self.group, self.job).values()
+        self.q = policy_network(spec)
         return {"online": self.q}
 
     def acting(self, policy: str) -> torch.nn.Module:

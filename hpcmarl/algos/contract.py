@@ -24,6 +24,23 @@ Batch = dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)
+class TorsoSpec:
+    """Which torso a policy's network starts with (`learner.model`), and the observation space
+    it was built for: what a rank needs to rebuild the same network (`algos.torsos`)."""
+
+    name: str = "mlp"
+    """`mlp`, `cnn`, or a user's factory `module:function`."""
+    kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Keyword arguments of the factory (`learner.model.kwargs`)."""
+    space: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """The observation space the factory is called with, as JSON (`torsos.space_json`); empty
+    for `mlp`, which reads only the observation width."""
+
+    def to_plain(self) -> dict[str, Any]:
+        return {"name": self.name, "kwargs": dict(self.kwargs), "space": dict(self.space)}
+
+
+@dataclass(frozen=True)
 class PolicySpec:
     """How to build the acting half of a policy from its published flat vector.
 
@@ -53,6 +70,8 @@ class PolicySpec:
     """Width of the recurrent state the actor carries from step to step within an episode
     (0: a feed-forward actor). Collectors keep one state per agent and env copy and zero it
     where an episode starts."""
+    torso: TorsoSpec = TorsoSpec()
+    """The network's torso; the default `mlp` is `hidden_sizes` with `activation`."""
 
     @property
     def in_dim(self) -> int:
@@ -81,6 +100,8 @@ class PolicySpec:
             "agent_ids": self.agent_ids,
             "recurrent": self.recurrent,
         }
+        if self.torso.name != "mlp":  # an mlp's spec stays the text older runs wrote
+            plain["torso"] = self.torso.to_plain()
         return json.dumps(plain, sort_keys=True)
 
     @classmethod
@@ -98,6 +119,7 @@ class PolicySpec:
             explore=tuple(sorted(p["explore"].items())),
             agent_ids=int(p.get("agent_ids", 0)),
             recurrent=int(p.get("recurrent", 0)),
+            torso=TorsoSpec(**p["torso"]) if "torso" in p else TorsoSpec(),
         )
 
 
@@ -123,6 +145,9 @@ class GroupSpec:
     action_masks: bool = False
     """The environment supplies legal-action masks: items carry them, actors and targets
     honour them."""
+    obs_spaces: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """agent -> its observation space as JSON (`algos.torsos.space_json`), for torsos that
+    read more than the width (empty: a flat vector of `obs_dims`)."""
 
     @property
     def policies(self) -> list[str]:

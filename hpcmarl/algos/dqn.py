@@ -18,6 +18,7 @@ across the group's learners between `compute_gradients` and `apply_gradients`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,8 @@ import torch.nn.functional as F
 from hpcmarl.algos.base import NetworkAlgorithm
 from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec
 from hpcmarl.algos.masking import masked_argmax, masked_max
-from hpcmarl.algos.networks import mlp, mlp_layout
+from hpcmarl.algos.networks import policy_layout, policy_network
+from hpcmarl.algos.torsos import torso_spec
 from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec
 from hpcmarl.replay.columns import mask_columns, transition_columns
 
@@ -50,18 +52,17 @@ def q_policy_spec(group: GroupSpec, job: Any, explore: dict[str, float]) -> dict
     """The published Q-network of the group's one policy, acting epsilon-greedily."""
     policy = group.policies[0]
     obs_dim, n_actions = group.dims(policy)
-    hidden = tuple(job.learner.hidden_sizes)
     spec = PolicySpec(
         key=group.keys[policy],
         actor="epsilon_greedy",
         obs_dim=obs_dim,
         n_actions=n_actions,
-        hidden_sizes=hidden,
+        hidden_sizes=tuple(job.learner.hidden_sizes),
         activation="relu",
-        params=tuple(mlp_layout(obs_dim, hidden, n_actions)),
         explore=tuple(sorted(explore.items())),
+        torso=torso_spec(job, group, policy),
     )
-    return {spec.key: spec}
+    return {spec.key: dataclasses.replace(spec, params=tuple(policy_layout(spec)))}
 
 
 class DQN(NetworkAlgorithm):
@@ -80,8 +81,8 @@ class DQN(NetworkAlgorithm):
         return q_policy_spec(group, job, explore)
 
     def build_networks(self) -> dict[str, torch.nn.Module]:
-        obs_dim, n_actions = self.group.dims(self.group.policies[0])
-        self.q = mlp(obs_dim, self.cfg.hidden_sizes, n_actions)
+        (spec,) = self.policy_specs(self.group, self.job).values()
+        self.q = policy_network(spec)
         return {"online": self.q}
 
     def build_extra_networks(self) -> dict[str, torch.nn.Module]:

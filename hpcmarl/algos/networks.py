@@ -1,4 +1,9 @@
-"""Q-network builder and the flat-weight view that moves policies between ranks.
+"""Policy networks built from their specs, and the flat-weight view that moves them between
+ranks.
+
+`policy_network(spec)` is the one place a `PolicySpec` becomes a network: the learner's acting
+network, every collector's actor, evaluations, PSRO matchups and checkpoint readers all build it
+there, so a torso named in the spec (`algos.torsos`) is honoured everywhere alike.
 
 Weights and gradients cross MPI as one contiguous float32 vector per policy, described by a spec
 of (name, shape) pairs, so that a transfer or an allreduce is a single buffer. These helpers are
@@ -13,6 +18,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from torch import nn
+
+from hpcmarl.algos.contract import PolicySpec, TorsoSpec
+from hpcmarl.algos.torsos import TorsoHead, make_torso
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
 
@@ -41,10 +49,47 @@ def mlp_layout(
         return param_spec(mlp(in_dim, hidden_sizes, out_dim, activation))
 
 
-def orthogonal_init(net: nn.Sequential, hidden_gain: float, out_gain: float) -> nn.Sequential:
+def policy_network(spec: PolicySpec) -> nn.Module:
+    """The network `spec` describes, with freshly initialised weights (drawn from torch's
+    global generator: the caller seeds or forks it): a `RecurrentQNet` for a recurrent actor,
+    else its torso and a head of one output per action."""
+    if spec.recurrent:
+        torso = None if spec.torso.name == "mlp" else spec.torso
+        return RecurrentQNet(spec.in_dim, spec.recurrent, spec.n_actions, torso, spec.agent_ids)
+    return feedforward(
+        spec.in_dim, spec.n_actions, spec.hidden_sizes, spec.activation, spec.torso, spec.agent_ids
+    )
+
+
+def feedforward(
+    in_dim: int,
+    out_dim: int,
+    hidden_sizes: Sequence[int],
+    activation: str,
+    torso: TorsoSpec | None = None,
+    agent_ids: int = 0,
+) -> nn.Module:
+    """A feed-forward network from rows of `in_dim` values (the last `agent_ids` of them a
+    one-hot agent index) to `out_dim` outputs: the `mlp` of `hidden_sizes`, or `torso` and a
+    linear head."""
+    if torso is None or torso.name == "mlp":
+        return mlp(in_dim, hidden_sizes, out_dim, activation)
+    return TorsoHead(make_torso(torso, agent_ids), out_dim)
+
+
+def policy_layout(spec: PolicySpec) -> list[tuple[str, tuple[int, ...]]]:
+    """`param_spec` of `policy_network(spec)` (whatever `spec.params` says), without drawing
+    from torch's global generator."""
+    with torch.random.fork_rng(devices=[]):
+        return param_spec(policy_network(spec))
+
+
+def orthogonal_init(net: nn.Module, hidden_gain: float, out_gain: float) -> nn.Module:
     """Orthogonal weights and zero biases (the PPO implementations' initialisation); a small
-    `out_gain` starts a policy near uniform."""
-    linears = [m for m in net if isinstance(m, nn.Linear)]
+    `out_gain` starts a policy near uniform. A torso's own layers keep their initialisation:
+    only its head is set."""
+    modules = [net.head] if isinstance(net, TorsoHead) else list(net.children())
+    linears = [m for m in modules if isinstance(m, nn.Linear)]
     for i, layer in enumerate(linears):
         nn.init.orthogonal_(layer.weight, gain=out_gain if i == len(linears) - 1 else hidden_gain)
         nn.init.zeros_(layer.bias)
@@ -171,27 +216,46 @@ class RecurrentQNet(nn.Module):
     """A recurrent Q-network (EPyMARL's RNN agent, R2D2's core): a ReLU layer, one GRU layer,
     a linear head. `forward` runs whole sequences (training); `step` advances one time step
     (acting), with the same weights and arithmetic. Parameter names, in flat-vector order:
-    `fc1.*`, `rnn.*_l0`, `fc2.*`."""
+    `fc1.*`, `rnn.*_l0`, `fc2.*`; with a `torso` (`algos.torsos`) in place of the ReLU layer,
+    `torso.*`, `rnn.*_l0`, `fc2.*`."""
 
-    def __init__(self, in_dim: int, hidden: int, out_dim: int) -> None:
+    def __init__(
+        self,
+        in_dim: int,
+        hidden: int,
+        out_dim: int,
+        torso: TorsoSpec | None = None,
+        agent_ids: int = 0,
+    ) -> None:
         super().__init__()
         self.hidden = hidden
-        self.fc1 = nn.Linear(in_dim, hidden)
-        self.rnn = nn.GRU(hidden, hidden, batch_first=True)
+        if torso is None:
+            self.fc1 = nn.Linear(in_dim, hidden)
+            width = hidden
+        else:
+            self.torso = make_torso(torso, agent_ids)
+            width = self.torso.width
+        self.rnn = nn.GRU(width, hidden, batch_first=True)
         self.fc2 = nn.Linear(hidden, out_dim)
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """The GRU's inputs from observation rows `x` [..., in]."""
+        if hasattr(self, "fc1"):
+            return torch.relu(self.fc1(x))
+        return self.torso(x)  # type: ignore[no-any-return]
 
     def forward(
         self, x: torch.Tensor, h0: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Q-values [B, T, out] of sequences `x` [B, T, in] from states `h0` [B, hidden] (zeros
         when None), and the final states [B, hidden]."""
-        z = torch.relu(self.fc1(x))
+        z = self.encode(x)
         out, h = self.rnn(z, None if h0 is None else h0[None].contiguous())
         return self.fc2(out), h[0]
 
     def step(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One step: Q-values [B, out] of inputs `x` [B, in] in states `h` [B, hidden]."""
-        z = torch.relu(self.fc1(x))
+        z = self.encode(x)
         w_ih, w_hh, b_ih, b_hh = self.rnn.all_weights[0]  # the one layer's, in nn.GRU's order
         h = torch.gru_cell(z, h, w_ih, w_hh, b_ih, b_hh)
         return self.fc2(h), h

@@ -25,6 +25,7 @@ the critic stays here.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -32,10 +33,18 @@ import torch
 import torch.nn.functional as F
 
 from hpcmarl.algos.base import NetworkAlgorithm
-from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec, UpdateResult, UpdateSteps
+from hpcmarl.algos.contract import (
+    Batch,
+    GroupSpec,
+    PolicySpec,
+    TorsoSpec,
+    UpdateResult,
+    UpdateSteps,
+)
 from hpcmarl.algos.masking import entropy_of, masked_log_softmax
-from hpcmarl.algos.networks import mlp, mlp_layout, orthogonal_init
+from hpcmarl.algos.networks import feedforward, orthogonal_init, policy_layout, policy_network
 from hpcmarl.algos.returns import ValueNorm, gae
+from hpcmarl.algos.torsos import torso_spec
 from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec
 from hpcmarl.rng import rng_from_words, rng_to_words
 
@@ -91,11 +100,13 @@ class PPO(NetworkAlgorithm):
         for policy in group.policies:
             obs_dim, n_actions = group.dims(policy)
             ids = len(group.agents_of(policy)) if job.learner.ppo.actor_agent_id else 0
-            layout = tuple(mlp_layout(obs_dim + ids, hidden, n_actions, activation))
             key = group.keys[policy]
-            specs[key] = PolicySpec(
-                key, "categorical", obs_dim, n_actions, hidden, activation, layout, agent_ids=ids
+            torso = torso_spec(job, group, policy)
+            spec = PolicySpec(
+                key, "categorical", obs_dim, n_actions, hidden, activation, (), agent_ids=ids
             )
+            spec = dataclasses.replace(spec, torso=torso)
+            specs[key] = dataclasses.replace(spec, params=tuple(policy_layout(spec)))
         return specs
 
     def __init__(self, group: GroupSpec, job: Any, seed: int, device: str = "cpu") -> None:
@@ -114,13 +125,16 @@ class PPO(NetworkAlgorithm):
     def build_networks(self) -> dict[str, torch.nn.Module]:
         hidden, act = self.cfg.hidden_sizes, self.cfg.ppo.activation
         nets: dict[str, torch.nn.Module] = {}
+        specs = self.policy_specs(self.group, self.job)
         for policy in self.group.policies:
-            obs_dim, n_actions = self.group.dims(policy)
-            ids = len(self.group.agents_of(policy)) if self.cfg.ppo.actor_agent_id else 0
-            net = mlp(obs_dim + ids, hidden, n_actions, act)
+            net = policy_network(specs[self.group.keys[policy]])
             nets[f"actor.{policy}"] = orthogonal_init(net, HIDDEN_GAIN, POLICY_GAIN)
         outputs = len(self.group.agents) if self.heads else 1
-        critic = mlp(self.critic_width(), hidden, outputs, act)
+        ids = len(self.group.agents) if self.ppo.critic_agent_id else 0
+        torso = TorsoSpec()  # a central critic reads the global state, which no torso is for
+        if self.ppo.critic == "local":
+            torso = torso_spec(self.job, self.group, self.group.policies[0])
+        critic = feedforward(self.critic_width(), outputs, hidden, act, torso, ids)
         nets["critic"] = orthogonal_init(critic, HIDDEN_GAIN, 1.0)
         return nets
 

@@ -32,7 +32,7 @@ from torch import nn
 
 from hpcmarl.algos.base import NetworkAlgorithm
 from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec
-from hpcmarl.algos.networks import RecurrentQNet
+from hpcmarl.algos.networks import RecurrentQNet, policy_network
 from hpcmarl.algos.value_decomposition import (
     next_values,
     recurrent_q_spec,
@@ -81,7 +81,7 @@ class R2D2(NetworkAlgorithm):
 
     @classmethod
     def policy_specs(cls, group: GroupSpec, job: Any) -> dict[str, PolicySpec]:
-        return recurrent_q_spec(group, job.learner.r2d2, agent_ids=0)
+        return recurrent_q_spec(group, job, job.learner.r2d2, agent_ids=0)
 
     def __init__(self, group: GroupSpec, job: Any, seed: int, device: str = "cpu") -> None:
         self.r = job.learner.r2d2
@@ -90,8 +90,10 @@ class R2D2(NetworkAlgorithm):
         super().__init__(group, job, seed, device)
 
     def build_networks(self) -> dict[str, nn.Module]:
-        obs_dim, n_actions = self.group.dims(self.group.policies[0])
-        self.q = RecurrentQNet(obs_dim, self.r.rnn_hidden, n_actions)
+        (spec,) = self.policy_specs(self.group, self.job).values()
+        q = policy_network(spec)
+        assert isinstance(q, RecurrentQNet)
+        self.q = q
         return {"online": self.q}
 
     def build_extra_networks(self) -> dict[str, nn.Module]:

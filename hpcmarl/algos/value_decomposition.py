@@ -29,6 +29,7 @@ cannot compound from one episode's end into the next state's value.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -38,8 +39,9 @@ from torch import nn
 from hpcmarl.algos.base import NetworkAlgorithm
 from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec, UpdateSteps
 from hpcmarl.algos.masking import masked_argmax
-from hpcmarl.algos.networks import RecurrentQNet, recurrent_layout
+from hpcmarl.algos.networks import RecurrentQNet, policy_layout, policy_network
 from hpcmarl.algos.returns import ValueNorm
+from hpcmarl.algos.torsos import torso_spec
 from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec
 
 
@@ -135,7 +137,7 @@ class ValueDecomposition(NetworkAlgorithm):
     def policy_specs(cls, group: GroupSpec, job: Any) -> dict[str, PolicySpec]:
         q = job.learner.qmix
         ids = len(group.agents_of(group.policies[0])) if q.agent_id else 0
-        return recurrent_q_spec(group, q, ids)
+        return recurrent_q_spec(group, job, q, ids)
 
     def __init__(self, group: GroupSpec, job: Any, seed: int, device: str = "cpu") -> None:
         self.q = job.learner.qmix
@@ -148,9 +150,10 @@ class ValueDecomposition(NetworkAlgorithm):
 
     # -- networks ---------------------------------------------------------------------------
     def build_networks(self) -> dict[str, nn.Module]:
-        obs_dim, n_actions = self.group.dims(self.group.policies[0])
-        ids = len(self.group.agents_of(self.group.policies[0])) if self.q.agent_id else 0
-        self.agent = RecurrentQNet(obs_dim + ids, self.q.rnn_hidden, n_actions)
+        (spec,) = self.policy_specs(self.group, self.job).values()
+        agent = policy_network(spec)
+        assert isinstance(agent, RecurrentQNet)
+        self.agent = agent
         nets: dict[str, nn.Module] = {"agent": self.agent}
         if self.q.mixer == "qmix":
             agents = len(self.group.agents)
@@ -260,7 +263,9 @@ def next_values(
     return value if mask is None else torch.where(mask.any(dim=-1), value, 0.0)
 
 
-def recurrent_q_spec(group: GroupSpec, settings: Any, agent_ids: int) -> dict[str, PolicySpec]:
+def recurrent_q_spec(
+    group: GroupSpec, job: Any, settings: Any, agent_ids: int
+) -> dict[str, PolicySpec]:
     """The published recurrent Q-network of the group's one policy, acting epsilon-greedily:
     `settings` is the algorithm's section (rnn_hidden and the epsilon schedule)."""
     policy = group.policies[0]
@@ -274,12 +279,12 @@ def recurrent_q_spec(group: GroupSpec, settings: Any, agent_ids: int) -> dict[st
         n_actions=n_actions,
         hidden_sizes=(s.rnn_hidden,),
         activation="relu",
-        params=tuple(recurrent_layout(obs_dim + agent_ids, s.rnn_hidden, n_actions)),
         explore=tuple(sorted(explore.items())),
         agent_ids=agent_ids,
         recurrent=s.rnn_hidden,
+        torso=torso_spec(job, group, policy),
     )
-    return {spec.key: spec}
+    return {spec.key: dataclasses.replace(spec, params=tuple(policy_layout(spec)))}
 
 
 def sequence_inputs(obs: torch.Tensor, next_obs: torch.Tensor, agent_ids: int) -> torch.Tensor:

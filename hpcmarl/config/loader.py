@@ -139,7 +139,7 @@ def _split_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-_FREE_FORM = {"env.kwargs", "agents.mapping", "agents.groups"}
+_FREE_FORM = {"env.kwargs", "agents.mapping", "agents.groups", "learner.model.kwargs"}
 """Keys whose value is a user mapping, so `env.kwargs.max_cycles=25` sets one entry in it."""
 
 

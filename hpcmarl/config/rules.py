@@ -131,6 +131,9 @@ RULES: dict[str, Rule] = {
     "learner.gamma": within(0, 1, open_low=True),
     "learner.batch_size": at_least(1),
     "learner.hidden_sizes": WIDTHS,
+    "learner.model.torso": Rule(
+        bool, "must be non-empty", "mlp, cnn or module:function", problem="is empty"
+    ),
     "learner.grad_clip": at_least(0),
     "learner.dqn.huber_delta": above(0),
     "learner.dqn.target_network_update_freq": at_least(1),

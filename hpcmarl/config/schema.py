@@ -47,6 +47,24 @@ class AgentsConfig:
 
 
 @dataclass
+class ModelConfig:
+    """The policies' torso, from observations to features; the algorithms add their heads."""
+
+    torso: str = "mlp"
+    """`mlp` (learner.hidden_sizes with the algorithm's activation), `cnn` (Nature-CNN-style
+    convolutions for image observations (H, W, C) or (C, H, W), uint8 pixels scaled to [0, 1];
+    learner.model.kwargs may set channels, kernels, strides, features, channels_last), or
+    `module:function`: your factory, called as function(observation_space,
+    **learner.model.kwargs), returning a torch.nn.Module that maps a float32 batch
+    [B, *observation_space.shape] to features [B, F]. It is checked at start-up on two sample
+    observations; its name and kwargs are saved with each policy, so resume, evaluate, PSRO
+    and load_policy rebuild the same network (its module must be importable there too). A
+    central critic (mappo) keeps an mlp on the global state."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the torso's factory (none for mlp)."""
+
+
+@dataclass
 class LearnerConfig:
     """The learning algorithm, the keys every algorithm shares, and each algorithm's own."""
 
@@ -85,6 +103,8 @@ class LearnerConfig:
     `cuda` (refused at start-up, naming the host, when a learner's host has none).
     `tools/bench_update.py` says which is faster for a job: small networks update faster on the
     CPU, where a GPU's per-kernel launch costs more than their arithmetic."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The networks' torso (learner.model.torso) and its arguments."""
     drift_check_interval: int = 100
     """Averaged updates between weight-digest comparisons across the learners of a group (a
     mismatch stops the job naming the learners that differ); 0 turns it off."""

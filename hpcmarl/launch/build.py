@@ -23,6 +23,7 @@ import numpy as np
 from ..algos import registry
 from ..algos.contract import GroupSpec
 from ..algos.mapping import check_policy_spaces, resolve_groups, resolve_mapping
+from ..algos.torsos import check_torso, space_json
 from ..comm.allreduce import make_averager
 from ..comm.placement import device_line, learner_device, make_cuda_deterministic
 from ..comm.transport import LocalTransport
@@ -65,6 +66,8 @@ class EnvSpec:
     """The env's own episode limit (a gymnasium TimeLimit), if it has one we know of."""
     unlimited: bool = False
     """The env is known to have no time limit: its episodes may never end."""
+    obs_spaces: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    """agent -> its observation space as JSON (`algos.torsos.space_json`), for torsos."""
 
     @property
     def policies(self) -> list[str]:
@@ -90,6 +93,7 @@ class EnvSpec:
             state_dim=self.state_dim,
             agent_ids={a: self.agents.index(a) for a in agents},
             action_masks=self.action_masks,
+            obs_spaces={a: self.obs_spaces[a] for a in agents if a in self.obs_spaces},
         )
 
     def bindings(self, strategy_spec_id: str) -> dict[str, str]:
@@ -124,7 +128,9 @@ def probe_env(cfg: JobConfig) -> EnvSpec:
     )
     spec.groups = resolve_groups(cfg.agents.groups, spec.policies) if cfg.agents.groups else None
     spaces = {a: env.observation_space(a) for a in env.agents}
+    spec.obs_spaces = {a: space_json(s, spec.obs_dims[a]) for a, s in spaces.items()}
     env.close()
+    check_torso(cfg.learner.model, spaces, spec.obs_dims)
     registry.check_job(cfg, spec.training_groups())
     check_psro_job(cfg, spec.training_groups(), len(spec.agents))
     check_items(cfg, spec)

@@ -269,6 +269,7 @@ BAD_VALUES = {
     "learner.gamma": 1.5,
     "learner.batch_size": 0,
     "learner.hidden_sizes": [64, 0],
+    "learner.model.torso": "",
     "learner.grad_clip": -1,
     "learner.dqn.huber_delta": 0,
     "learner.dqn.target_network_update_freq": 0,
