@@ -255,6 +255,8 @@ class NatureCNN(nn.Module):
     ) -> None:
         super().__init__()
         self.shape, self.channels_last, self.scale = shape, channels_last, scale
+        n = 1 + len(shape)  # [B, ..., H, W, C] -> [B, ..., C, H, W], in non-negative axes (ONNX)
+        self.to_channels_first = [*range(n - 3), n - 1, n - 3, n - 2]
         layers: list[nn.Module] = []
         width = self.image_shape()[0]
         for out, kernel, stride in zip(channels, kernels, strides, strict=True):
@@ -273,7 +275,7 @@ class NatureCNN(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.channels_last:
-            obs = obs.movedim(-1, -3)  # [..., H, W, C] -> [..., C, H, W]
+            obs = obs.permute(self.to_channels_first)
         x = obs.reshape(obs.shape[0], *self.image_shape()) * self.scale
         return self.out(self.convs(x))
 

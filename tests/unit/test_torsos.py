@@ -23,6 +23,7 @@ from hpcmarl.algos.ppo import PPO
 from hpcmarl.algos.torsos import Torso, TorsoHead, space_json
 from hpcmarl.algos.value_decomposition import ValueDecomposition
 from hpcmarl.launch import run
+from hpcmarl.policy_export import export_policy
 from hpcmarl.storage.checkpoint import latest_checkpoint
 from hpcmarl.storage.policies import policy_tables
 from hpcmarl.testing.groups import group_of, job_with, random_items
@@ -104,6 +105,13 @@ def test_cnn_trains_dqn_on_image_observations(tmp_path: Path) -> None:
     images = np.stack([env.reset(seed=i)[0] for i in range(8)])  # [8, 12, 12, 3] uint8
     assert same_outputs(rebuilt, policy.module, images.reshape(8, -1))
     assert policy.act(images).shape == (8,)
+    onnxruntime = pytest.importorskip("onnxruntime")
+    export_policy(policy, "onnx", tmp_path / "cnn.onnx")
+    session = onnxruntime.InferenceSession(str(tmp_path / "cnn.onnx"))
+    rows = images.reshape(8, -1).astype(np.float32)
+    with torch.no_grad():
+        expected = policy.module(torch.as_tensor(rows)).numpy()
+    np.testing.assert_allclose(session.run(None, {"observations": rows})[0], expected, atol=1e-5)
 
 
 ERRORS = [
