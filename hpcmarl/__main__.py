@@ -18,7 +18,8 @@ USAGE = """usage: python -m hpcmarl [train] [JOB.yaml] [key=value ...]
        python -m hpcmarl evaluate RUN_DIR [--episodes N] [--checkpoint ID] [--json]
        python -m hpcmarl export-policy RUN_DIR --format torchscript|onnx|state_dict --out PATH
                          [--policy ID] [--checkpoint ID]   a trained policy, for plain torch
-       python -m hpcmarl --explain        every job key with its type, default and meaning
+       python -m hpcmarl --explain [KEY]                  every job key (or KEY, or a section)
+                                                          with its type, default and meaning
 
 examples:
   mpirun -n 16 python -m hpcmarl
@@ -39,10 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0
     if args and args[0] == "--explain":
-        from .config.loader import explain
-
-        print(explain())
-        return 0
+        return explain_keys(args[1:])
     if args and args[0] in ("analyze", "export"):
         from .analysis import cli
 
@@ -68,6 +66,19 @@ def main(argv: list[str] | None = None) -> int:
     from .launch.run import run_job
 
     return run_job(job_path, overrides)
+
+
+def explain_keys(args: list[str]) -> int:
+    """`--explain [KEY]`: every job key, or one key (a section: its keys), with its meaning."""
+    from .config.loader import explain
+    from .errors import UserError
+
+    try:
+        print(explain(args[0] if args else None), end="")
+    except UserError as err:
+        print(f"hpcmarl: error: {err.message()}", file=sys.stderr)
+        return UserError.exit_code
+    return 0
 
 
 def resume(args: list[str]) -> int:

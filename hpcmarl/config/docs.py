@@ -138,12 +138,19 @@ def _explain_key(path: str, cls: type, fld: dataclasses.Field, rules: dict[str, 
     return f"{head}\n{body}"
 
 
-def explain() -> str:
-    """Every key with its type, default, allowed range and help, in job-file order."""
+def explain(key: str | None = None) -> str:
+    """Every key with its type, default, allowed range and help, in job-file order; with `key`,
+    that key and the keys of its section only (a `ConfigError` for a key the schema lacks)."""
     from hpcmarl.algos import catalog
     from hpcmarl.config.rules import ORDERED, rule_texts  # rules builds on this module
+    from hpcmarl.errors import ConfigError
 
     rules = rule_texts()
+    if key is not None:
+        if key not in all_keys():
+            raise ConfigError(f"--explain {key}: {key} is not a known key", unknown_key_fix(key))
+        chosen = [k for k in walk() if k[0] == key or k[0].startswith(key + ".")]
+        return "\n".join(_explain_key(path, cls, fld, rules) for path, cls, fld in chosen) + "\n"
     lines = [
         "hpcmarl job file keys. A job file is YAML whose sections mirror these; any key can",
         "also be set on the command line as KEY=VALUE (e.g. learner.lr=5e-4).",

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import hpcmarl
+from hpcmarl.__main__ import main as hpcmarl_main
 from hpcmarl.algos.actors import build_actor
 from hpcmarl.algos.contract import PolicySpec, run_update
 from hpcmarl.algos.networks import param_spec, policy_network, set_flat
@@ -141,6 +142,15 @@ def test_a_torso_that_cannot_serve_ends_start_up_in_one_line(
     assert code == 2 and len(lines) == 1, err
     assert says in lines[0] and "; fix: " in lines[0] and "Traceback" not in err
     assert not list(tmp_path.iterdir())  # refused before the run directory
+
+
+def test_explain_documents_the_torso_key(capsys: pytest.CaptureFixture[str]) -> None:
+    assert hpcmarl_main(["--explain", "learner.model.torso"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("    learner.model.torso: str = 'mlp'") and "module:function" in text
+    assert "learner.lr" not in text
+    assert hpcmarl_main(["--explain", "learner.model.tors"]) == 2
+    assert "did you mean learner.model.torso" in capsys.readouterr().err
 
 
 def test_mlp_takes_no_kwargs_and_its_spec_is_the_text_older_runs_wrote(
