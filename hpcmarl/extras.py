@@ -2,10 +2,10 @@
 import path for them.
 
 The core install trains gymnasium envs (DQN on CartPole); multi-agent envs, OpenSpiel games,
-PSRO's nash solver and plots need packages only their users need. Each is imported through
-`require` where it is used, so that `import hpcmarl` and a CartPole run never load them, and a
-missing one ends the job at start-up in one line naming the extra that installs it rather than
-in a traceback from deep inside a role.
+PSRO's nash solver, plots and the W&B and MLflow loggers need packages only their users need.
+Each is imported through `require` where it is used, so that `import hpcmarl` and a CartPole
+run never load them, and a missing one ends the job at start-up in one line naming the extra
+that installs it rather than in a traceback from deep inside a role.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ EXTRA_OF: dict[str, str] = {
     "open_spiel": "games",
     "scipy": "games",
     "matplotlib": "analysis",
+    "wandb": "wandb",
+    "mlflow": "mlflow",
 }
 """Top-level module -> the extra that installs it; `pyproject.toml` lists the same packages
 under `[project.optional-dependencies]` (a test keeps the two in step)."""

@@ -1,10 +1,11 @@
-"""Progress lines on stdout and the same rows in `progress.csv`, `metrics.jsonl` and `tb/`.
+"""Progress lines on stdout and the same rows in `progress.csv`, `metrics.jsonl` and the loggers.
 
 Batch jobs write stdout to a file, so progress is plain lines, flushed, never carriage-return
 bars. The CSV holds the progress columns only (with one `eval_return/<agent>` column per agent
 of a multi-agent job, beside the team return); the JSONL holds every row kind (progress and
-evaluation) with all its fields, for scripts; `tb/` holds the numbers of progress, evaluation
-and learner rows as TensorBoard scalars (see tensorboard.py), for people watching a run.
+evaluation) with all its fields, for scripts; the job's loggers (`runtime.loggers`: TensorBoard
+in `tb/` by default, W&B, MLflow; see loggers.py) get the numbers of progress, evaluation and
+learner rows as scalars, for people watching a run.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import json
 import math
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any, TextIO
 
-from .tensorboard import TB_DIR, TensorBoardLog
+from .loggers import Loggers
 
 PROGRESS_COLUMNS = (
     "time_s",
@@ -51,12 +53,17 @@ class MetricsSink:
         stream: TextIO = sys.stdout,
         agents: list[str] | None = None,
         x_axis: str = "env_steps",
+        loggers: Sequence[str] = ("tensorboard",),
+        job: dict[str, Any] | None = None,
     ) -> None:
-        """`x_axis`: the row field TensorBoard steps by ("updates" offline, with no env steps)."""
+        """`x_axis`: the row field the loggers step by ("updates" offline, with no env steps);
+        `loggers`: their names (`runtime.loggers`); `job`: the job's settings, which W&B and
+        MLflow record with the run."""
         self.stream = stream
         self.agents = list(agents or []) if len(agents or []) > 1 else []
         self.columns = PROGRESS_COLUMNS + tuple(f"eval_return/{a}" for a in self.agents)
         os.makedirs(run_dir, exist_ok=True)
+        self.loggers = Loggers(loggers, run_dir, x_axis, job or {})  # may refuse: files after
         self._jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a", buffering=1)
         csv_path = os.path.join(run_dir, "progress.csv")
         fresh = not os.path.exists(csv_path) or os.path.getsize(csv_path) == 0
@@ -64,31 +71,31 @@ class MetricsSink:
         self._csv = csv.DictWriter(self._csv_file, fieldnames=self.columns)
         if fresh:
             self._csv.writeheader()
-        self.tb = TensorBoardLog(os.path.join(run_dir, TB_DIR), x_axis)
 
     def progress(self, row: dict[str, Any]) -> None:
         per_agent = row.get("eval_agent_returns") or {}
         flat = {**row, **{f"eval_return/{a}": per_agent.get(a) for a in self.agents}}
         self._csv.writerow({k: _plain(flat.get(k)) for k in self.columns})
         self.record("progress", row)
-        self.tb.flush()
+        self.loggers.flush()
         self.say(format_progress(row))
 
     def record(self, kind: str, row: dict[str, Any]) -> None:
         self._jsonl.write(json.dumps({"kind": kind, **row}, default=_plain) + "\n")
-        self.tb.write(kind, row)
+        self.loggers.write(kind, row)
 
     def resumed(self, counters: dict[str, Any]) -> None:
-        """The run continues from a checkpoint at these counters: TensorBoard restarts there."""
-        self.tb.resume_at(counters)
+        """The run continues from a checkpoint at these counters: the loggers restart there."""
+        self.loggers.resume_at(counters)
 
     def say(self, line: str) -> None:
         self.stream.write(line + "\n")
         self.stream.flush()
 
-    def close(self) -> None:
-        """Close every file: rows since the last progress row reach the event file here."""
-        self.tb.close()
+    def close(self, exit_code: int = 0) -> None:
+        """Close every file and end the loggers' runs with the job's exit code: rows since the
+        last progress row reach them here."""
+        self.loggers.close(exit_code)
         self._jsonl.close()
         self._csv_file.close()
 

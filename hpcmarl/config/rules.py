@@ -13,6 +13,7 @@ from typing import Any
 from hpcmarl.algos.catalog import CATALOG
 from hpcmarl.config.docs import show
 from hpcmarl.config.schema import ENV_FAMILIES
+from hpcmarl.loggers import LOGGERS
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,14 @@ WIDTHS = Rule(
     "every width must be >= 1",
     "a list of positive integers",
     bounds=(1,),
+)
+
+LOGGER_NAMES = Rule(
+    lambda v: set(v) <= set(LOGGERS) and len(set(v)) == len(v),
+    f"each must be one of {', '.join(LOGGERS)}, named once",
+    f"a list of {', '.join(LOGGERS)} (or [] for none), such as [tensorboard, wandb]",
+    problem="names an unknown logger or one twice",
+    example=False,
 )
 
 RULES: dict[str, Rule] = {
@@ -239,6 +248,7 @@ RULES: dict[str, Rule] = {
     "runtime.idle_sleep_max_s": at_least(0),
     "runtime.idle_wait_s": at_least(0),
     "runtime.shutdown_timeout_s": above(0),
+    "runtime.loggers": LOGGER_NAMES,
     "psro.iterations": at_least(0),
     "psro.steps_per_iteration": at_least(1),
     "psro.updates_per_iteration": at_least(1),

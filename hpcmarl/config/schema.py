@@ -339,6 +339,12 @@ class RuntimeConfig:
     waiting for one, and what each replay shard's limiters refuse; null disables it. At least
     30: the commander sees env steps as tasks end, and a large job starting makes none for a
     while."""
+    loggers: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """Where the commander logs the numbers of its progress, evaluation and learner rows, as
+    scalars by env step (updates offline), beside metrics.jsonl: any of `tensorboard`
+    (RUN_DIR/tb), `wandb` (offline in RUN_DIR/wandb unless WANDB_MODE is set; the wandb extra)
+    and `mlflow` (a file store in RUN_DIR/mlruns unless MLFLOW_TRACKING_URI is set; the mlflow
+    extra); [] logs to none. A logger that fails mid-run is named on stderr and dropped."""
 
 
 @dataclass

@@ -27,6 +27,7 @@ from ..algos.torsos import check_torso, space_json
 from ..comm.allreduce import make_averager
 from ..comm.placement import device_line, learner_device, make_cuda_deterministic
 from ..comm.transport import LocalTransport
+from ..config.loader import job_to_dict
 from ..config.schema import JobConfig
 from ..core import Role, policy_key
 from ..envs import make_vector_env
@@ -324,7 +325,8 @@ def build_roles(
         kind, routes = topology.kind_of[name], wiring[name]
         if kind == "commander":
             x_axis = "updates" if cfg.offline.dataset else "env_steps"
-            sink = MetricsSink(run_dir, agents=spec.agents, x_axis=x_axis)
+            loggers, job = cfg.runtime.loggers, job_to_dict(cfg)
+            sink = MetricsSink(run_dir, agents=spec.agents, x_axis=x_axis, loggers=loggers, job=job)
             population = build_population(cfg, spec)
             bindings = spec.bindings(cfg.agents.strategy_spec_id)
             roles.append(Commander(transport, cfg, topology, sink, population, bindings))

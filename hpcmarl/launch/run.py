@@ -26,6 +26,7 @@ from ..config.loader import JobSource, job_from_dict, job_to_dict, load_job
 from ..config.schema import JobConfig
 from ..core import Role
 from ..errors import UserError
+from ..loggers import check_loggers
 from ..metrics import run_dir_line
 from ..replay.offline import plan_offline
 from ..roles.commander import EXIT_CHECKPOINTED
@@ -160,6 +161,7 @@ def plan_on_rank0(job: JobSource, overrides: Sequence[str], nodes: list[Node]) -
     try:
         check_streams_writable()
         cfg = load_job(job, overrides)
+        check_loggers(cfg.runtime.loggers)
         tolerance = fault_tolerance_line(cfg, launched_by_mpi())
         spec = probe_env(cfg)
         topology = place(cfg, spec, nodes)

@@ -586,7 +586,7 @@ class Commander(Role):
         self.finish()
 
     def close(self) -> None:
-        self.sink.close()
+        self.sink.close(self.exit_code)
 
     def position(self) -> str:
         """How far training is: env steps, or (offline, where there are none) updates."""

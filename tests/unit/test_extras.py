@@ -22,10 +22,11 @@ from hpcmarl.config.schema import EnvConfig
 from hpcmarl.envs.registry import make_env_copy
 from hpcmarl.errors import UserError
 from hpcmarl.extras import EXTRA_OF, MissingExtraError, missing_extra, require
+from hpcmarl.loggers import check_loggers
 from hpcmarl.psro.checks import check_scorable
 
 ROOT = Path(__file__).resolve().parents[2]
-OPTIONAL = ("pettingzoo", "mpe2", "pyspiel", "open_spiel", "scipy", "matplotlib")
+OPTIONAL = ("pettingzoo", "mpe2", "pyspiel", "open_spiel", "scipy", "matplotlib", "wandb", "mlflow")
 """Every package an extra installs, by the name it is imported as."""
 
 
@@ -147,6 +148,22 @@ def test_nash_psro_without_scipy_is_refused_at_start_up(monkeypatch: pytest.Monk
     check_scorable(load_job(None, [*KUHN_PSRO, "psro.meta_solver=prd"]))
 
 
+@pytest.mark.parametrize("logger", ["wandb", "mlflow"])
+def test_a_logger_without_its_extra_is_refused_at_start_up(
+    monkeypatch: pytest.MonkeyPatch, logger: str
+) -> None:
+    cfg = load_job(None, [f"runtime.loggers=[tensorboard,{logger}]"])
+    uninstalled(monkeypatch, logger)
+    with pytest.raises(MissingExtraError) as caught:
+        check_loggers(cfg.runtime.loggers)
+    assert caught.value.message() == (
+        f"runtime.loggers={logger} needs the {logger} extra ({logger} is not installed); fix: "
+        f"pip install 'hpcmarl[{logger}]' (from a checkout: pip install -e '.[{logger}]'), or "
+        f"drop {logger} from runtime.loggers"
+    )
+    check_loggers(["tensorboard"])  # a core dependency, never refused
+
+
 def test_analyze_without_matplotlib_stops_before_reading(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -164,5 +181,7 @@ def test_extras_of_pyproject_match_the_modules() -> None:
     assert set(EXTRA_OF.values()) <= set(extras)
     assert extras["all"] == [f"hpcmarl[{','.join(dict.fromkeys(EXTRA_OF.values()))}]"]
     optional = {dep.split(">")[0] for name in set(EXTRA_OF.values()) for dep in extras[name]}
-    assert optional == {"pettingzoo", "mpe2", "open-spiel", "scipy", "matplotlib"}
+    assert optional == {
+        *("pettingzoo", "mpe2", "open-spiel", "scipy", "matplotlib", "wandb", "mlflow-skinny")
+    }
     assert not optional & {dep.split(">")[0] for dep in project["dependencies"]}
