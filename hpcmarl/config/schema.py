@@ -313,6 +313,11 @@ class RuntimeConfig:
     """Run directory; empty means `runs/<job name>-<timestamp>`."""
     torch_threads: int = 1
     """Torch threads per rank (16 ranks often share a few cores)."""
+    print_wiring: Literal["short", "full"] = "short"
+    """What rank 0 prints of the wiring at start: short is one line per host naming its ranks
+    and roles (one line per rank when all run on one host) and any placement notes; full adds
+    each rank's roles, the training groups and their learners, every route between roles and
+    the message table."""
     idle_sleep_max_s: float = 0.002
     """Longest sleep of an idle rank's backoff."""
     idle_wait_s: float = 0.05

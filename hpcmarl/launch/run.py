@@ -97,6 +97,13 @@ class Plan:
         printed wiring lists them."""
         return resolve_wiring(self.cfg, self.topology)
 
+    def wiring_text(self) -> str:
+        """What rank 0 prints at start: a line per host or rank, or with `runtime.print_wiring:
+        full` the groups, routes and message table as well."""
+        if self.cfg.runtime.print_wiring == "full":
+            return self.topology.format(self.wiring.lines())
+        return self.topology.summary()
+
 
 def run_job(job: JobSource, overrides: Sequence[str]) -> int:
     """Entry point of `python -m hpcmarl train`; returns the process exit code."""
@@ -238,7 +245,7 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
             plan.cfg, plan.spec, plan.topology, transport, group_comm, plan.run_dir, plan.wiring
         )
         if rank == 0:
-            print(plan.topology.format(plan.wiring.lines()), flush=True)
+            print(plan.wiring_text(), flush=True)
         if plan.resume_id is not None:
             shards = plan.topology.names("replay_shard")
             restore_roles(

@@ -76,13 +76,32 @@ class Topology:
         ranks = [self.rank_of[learner] for learner in self.names("learner")]
         return host_slots(self.hosts, ranks)[self.rank_of[name]]
 
+    def summary(self) -> str:
+        """The wiring printed at start by default: one line per host naming its ranks and
+        roles when the ranks span several hosts, else one line per rank, then the notes; a
+        job of many roles starts without pages of routes (`runtime.print_wiring: full`)."""
+        lines = [
+            f"hpcmarl: topology for {self.world_size} rank(s) (runtime.print_wiring=full "
+            "adds the groups, routes and messages)"
+        ]
+        if len(set(self.hosts)) > 1:
+            lines += self.host_lines(self.hosts)
+        else:
+            lines += self.rank_lines()
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def rank_lines(self) -> list[str]:
+        return [
+            f"  rank {rank:>3}: {', '.join(name_spans(self.roles_on(rank))) or '(idle)'}"
+            for rank in range(self.world_size)
+        ]
+
     def format(self, routes: Sequence[str] = ()) -> str:
-        """The wiring printed at start: each rank's roles, one line per host naming its ranks
-        and roles (when the hosts are known), then groups, the routes (`plan.Wiring.lines`)
-        and messages."""
-        lines = [f"hpcmarl: topology for {self.world_size} rank(s)"]
-        for rank in range(self.world_size):
-            lines.append(f"  rank {rank:>3}: {', '.join(self.roles_on(rank)) or '(idle)'}")
+        """The full wiring (`runtime.print_wiring: full`): each rank's roles, one line per host
+        naming its ranks and roles (when the hosts are known), then groups, the routes
+        (`plan.Wiring.lines`) and messages."""
+        lines = [f"hpcmarl: topology for {self.world_size} rank(s)", *self.rank_lines()]
         lines += self.host_lines(self.hosts) if self.hosts else []
         for group, policies in self.groups.items():
             learners = ", ".join(self.learners_of_group[group])

@@ -192,12 +192,12 @@ requeue, and in CI a loaded node trained 1,900 updates in the resumed run's 40 s
 job file's 2 x 1,000 for one iteration."""
 TIME_LIMITED = {
     "dqn": (JOB, 75, []),
-    "mappo": (ROOT / "jobs" / "spread_mappo.yaml", 70, []),
+    "mappo": (ROOT / "jobs" / "spread_mappo.yaml", 70, ["runtime.print_wiring=full"]),
     "psro": (ROOT / "jobs" / "kuhn_psro.yaml", 70, PSRO_SHORT_ITERATIONS),
 }
 """The time-limit cycle's jobs: a job file each, its budget on the training clock (which a
 resumed run continues), more than a first allocation can do before its warning (60 s at most),
-and its own overrides."""
+and its own overrides (the MAPPO job prints its groups: the test checks it runs that job)."""
 
 
 class TimeLimitCycle:
