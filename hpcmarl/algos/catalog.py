@@ -10,8 +10,19 @@ them.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import importlib
+import importlib.metadata
+import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from hpcmarl.errors import ConfigError
+
+ENTRY_POINT_GROUP = "hpcmarl.algorithms"
+"""The entry-point group in which an installed package names its algorithms."""
 
 
 @dataclass
@@ -189,12 +200,28 @@ class AlgoDecl:
     """It learns only from a dataset (`offline.dataset`)."""
     preset: dict[str, Any] = field(default_factory=dict)
     """Keys of its section this name fixes."""
+    config: type | None = None
+    """The dataclass of `learner.<section>`: its keys, defaults and docstrings."""
+    rules: Mapping[str, Any] = field(default_factory=dict)
+    """key of its section -> `config.rules.Rule`, for a plugin (the built-in sections' rules
+    are in `config.rules.RULES`)."""
+
+    @property
+    def plugin(self) -> bool:
+        """Named by `module:Class` or an entry point, outside the catalog."""
+        return self.name not in CATALOG
 
 
 CATALOG: dict[str, AlgoDecl] = {
     decl.name: decl
     for decl in (
-        AlgoDecl("dqn", "deep Q-learning (off-policy, replay)", "hpcmarl.algos.dqn:DQN", "dqn"),
+        AlgoDecl(
+            "dqn",
+            "deep Q-learning (off-policy, replay)",
+            "hpcmarl.algos.dqn:DQN",
+            "dqn",
+            config=DQNConfig,
+        ),
         AlgoDecl(
             "bc",
             "behaviour cloning of a dataset's actions (offline only)",
@@ -207,6 +234,7 @@ CATALOG: dict[str, AlgoDecl] = {
             "PPO with the critic learner.ppo.critic chooses (on-policy)",
             "hpcmarl.algos.ppo:PPO",
             "ppo",
+            config=PPOConfig,
             on_policy=True,
             items="fragment",
         ),
@@ -215,6 +243,7 @@ CATALOG: dict[str, AlgoDecl] = {
             "PPO with a centralised critic on the global state",
             "hpcmarl.algos.ppo:PPO",
             "ppo",
+            config=PPOConfig,
             on_policy=True,
             items="fragment",
             preset={"critic": "central"},
@@ -224,6 +253,7 @@ CATALOG: dict[str, AlgoDecl] = {
             "PPO with each agent's critic on its own observation",
             "hpcmarl.algos.ppo:PPO",
             "ppo",
+            config=PPOConfig,
             on_policy=True,
             items="fragment",
             preset={"critic": "local"},
@@ -233,6 +263,7 @@ CATALOG: dict[str, AlgoDecl] = {
             "QMIX: recurrent agents, a monotonic mixer on the global state (episodes, replay)",
             "hpcmarl.algos.value_decomposition:ValueDecomposition",
             "qmix",
+            config=QMIXConfig,
             items="episode",
         ),
         AlgoDecl(
@@ -240,6 +271,7 @@ CATALOG: dict[str, AlgoDecl] = {
             "recurrent DQN on sequences with burn-in, n-step targets (prioritized replay)",
             "hpcmarl.algos.r2d2:R2D2",
             "r2d2",
+            config=R2D2Config,
             items="sequence",
         ),
         AlgoDecl(
@@ -247,20 +279,13 @@ CATALOG: dict[str, AlgoDecl] = {
             "VDN: recurrent agents whose Q-values add up (episodes, replay)",
             "hpcmarl.algos.value_decomposition:ValueDecomposition",
             "qmix",
+            config=QMIXConfig,
             items="episode",
             preset={"mixer": "vdn"},
         ),
     )
 }
 """Every algorithm by its `learner.algo` name."""
-
-SECTIONS: dict[str, type] = {
-    "dqn": DQNConfig,
-    "ppo": PPOConfig,
-    "qmix": QMIXConfig,
-    "r2d2": R2D2Config,
-}
-"""The dataclass of each `learner.<section>`."""
 
 
 def describe() -> str:
@@ -273,3 +298,103 @@ def describe() -> str:
             f"  {decl.name:<6} {decl.summary}; {keys}" + (f" (fixes {preset})" if preset else "")
         )
     return "\n".join(lines)
+
+
+def own_keys(learner: Any) -> Any:
+    """The job's algorithm's own section (`learner.<section>`), or None where it has none."""
+    decl = resolve_algorithm(learner.algo)
+    return getattr(learner, decl.section) if decl.section else None
+
+
+def on_policy_window(learner: Any) -> tuple[int, int]:
+    """(fragments per update, versions a fragment may lag) of an on-policy algorithm: the
+    `batch_fragments` and `max_policy_lag` keys its section must have."""
+    keys = own_keys(learner)
+    return int(keys.batch_fragments), int(keys.max_policy_lag)
+
+
+def plugin_names() -> tuple[str, ...]:
+    """The algorithms installed packages name in the `hpcmarl.algorithms` entry-point group."""
+    return tuple(ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def is_algorithm_name(name: str) -> bool:
+    """A catalog name, `module:Class`, or an installed entry point (resolved later)."""
+    return name in CATALOG or ":" in name or name in plugin_names()
+
+
+@functools.cache
+def resolve_algorithm(name: str) -> AlgoDecl:
+    """What `learner.algo = name` is: the one place every role, check and validation asks.
+
+    A catalog name is its entry; `module:Class` or an entry point of `hpcmarl.algorithms` is
+    imported and described by the class itself (`algos.contract.Algorithm`'s class attributes
+    `config`, `section`, `summary`, `on_policy`, `items`, `rules`, `offline_only`)."""
+    if name in CATALOG:
+        return CATALOG[name]
+    if ":" in name:
+        return _plugin_decl(name, name)
+    entry = {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    if name in entry:
+        return _plugin_decl(name, entry[name])
+    raise ConfigError(
+        f"learner.algo is {name!r}, which is not an algorithm",
+        f"use one of {sorted(CATALOG)}, module:Class of your own algorithm, or an entry point "
+        f"in the {ENTRY_POINT_GROUP} group",
+    )
+
+
+def _plugin_decl(name: str, target: str) -> AlgoDecl:
+    """The declaration a user's algorithm class makes of itself."""
+    from hpcmarl.algos.contract import Algorithm  # numpy only: reading a job stays light
+
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - any failure of a user's module is one line
+        raise ConfigError(
+            f"learner.algo = {name}: module {module_name!r} cannot be imported "
+            f"({type(err).__name__}: {err})",
+            "put the module on PYTHONPATH (or install its package) and fix the error above",
+        ) from None
+    cls = getattr(module, attr, None)
+    if not (inspect.isclass(cls) and issubclass(cls, Algorithm)):
+        if cls is None:
+            what = "has no such name"
+        elif inspect.isclass(cls):
+            what = "is a class that does not subclass hpcmarl.algos.contract.Algorithm"
+        else:
+            what = f"holds a {type(cls).__name__}"
+        raise ConfigError(
+            f"learner.algo = {name}: {module_name}.{attr} {what}",
+            "name a subclass of hpcmarl.algos.contract.Algorithm (or of "
+            "hpcmarl.algos.base.NetworkAlgorithm) as module:Class",
+        )
+    config: Any = getattr(cls, "config", None)
+    section = getattr(cls, "section", None) or cls.name
+    if config is not None and not (inspect.isclass(config) and dataclasses.is_dataclass(config)):
+        raise ConfigError(
+            f"learner.algo = {name}: {attr}.config is {config!r:.60}, not a dataclass",
+            "set the class attribute config to a @dataclass of your algorithm's keys, or None",
+        )
+    needed = {"batch_fragments", "max_policy_lag"}
+    fields = {f.name for f in dataclasses.fields(config)} if config is not None else set()
+    if getattr(cls, "on_policy", False) and not needed <= fields:
+        raise ConfigError(
+            f"learner.algo = {name}: an on-policy algorithm's config needs the keys "
+            f"{sorted(needed)}, which the scheduler reads; {attr}.config lacks "
+            f"{sorted(needed - fields)}",
+            "add batch_fragments: int (fragments per update) and max_policy_lag: int to it",
+        )
+    doc = (inspect.getdoc(cls) or attr).split("\n")[0]
+    return AlgoDecl(
+        name=name,
+        summary=getattr(cls, "summary", doc),
+        impl=target,
+        section=section if config is not None else None,
+        on_policy=bool(getattr(cls, "on_policy", False)),
+        items=getattr(cls, "items", "transition"),
+        offline_only=bool(getattr(cls, "offline_only", False)),
+        config=config,
+        rules=dict(getattr(cls, "rules", {})),
+    )

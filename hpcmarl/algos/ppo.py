@@ -45,7 +45,7 @@ from hpcmarl.algos.masking import entropy_of, masked_log_softmax
 from hpcmarl.algos.networks import feedforward, orthogonal_init, policy_layout, policy_network
 from hpcmarl.algos.returns import ValueNorm, gae
 from hpcmarl.algos.torsos import torso_spec
-from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec
+from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec, fragment_columns
 from hpcmarl.rng import rng_from_words, rng_to_words
 
 HIDDEN_GAIN = float(np.sqrt(2.0))
@@ -57,18 +57,7 @@ def fragment_item(group: GroupSpec, job: Any) -> ItemSpec:
     """A fragment of the group's agents; the critic's inputs decide what else it holds."""
     ppo = job.learner.ppo
     obs_dim, n_actions = group.dims(group.policies[0])
-    columns = [
-        Column("observations", "<f4", (obs_dim,)),
-        Column("actions", "<i8"),
-        Column("log_probs", "<f4"),
-        Column("rewards", "<f4"),
-        Column("terminations", "|b1"),
-        Column("truncations", "|b1"),
-        Column("active", "|b1"),
-        Column("episode_id", "<i8", per="group"),
-        Column("step", "<i4", per="group"),
-        Column("policy_version", "<i8", per="group"),
-    ]
+    columns = fragment_columns(obs_dim)
     if ppo.critic == "central":
         columns += [
             Column("state", "<f4", (group.state_dim,), per="group"),

@@ -12,18 +12,15 @@ from typing import Any
 
 import gymnasium
 
-from hpcmarl.algos.catalog import CATALOG, AlgoDecl
+from hpcmarl.algos.catalog import AlgoDecl, resolve_algorithm
 from hpcmarl.algos.contract import Algorithm, GroupSpec, PolicySpec
 from hpcmarl.errors import ConfigError, EnvError
 from hpcmarl.items.spec import ItemSpec
 
 
 def decl_of(name: str) -> AlgoDecl:
-    if name not in CATALOG:
-        raise ConfigError(
-            f"learner.algo is {name!r}, which is not an algorithm", f"use one of {sorted(CATALOG)}"
-        )
-    return CATALOG[name]
+    """What `learner.algo = name` is (`catalog.resolve_algorithm`)."""
+    return resolve_algorithm(name)
 
 
 def algorithm_class(name: str) -> type[Algorithm]:

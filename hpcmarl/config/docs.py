@@ -146,6 +146,8 @@ def explain(key: str | None = None) -> str:
     from hpcmarl.errors import ConfigError
 
     rules = rule_texts()
+    if key is not None and key not in all_keys() and catalog.is_algorithm_name(key):
+        return explain_algorithm(key)
     if key is not None:
         if key not in all_keys():
             raise ConfigError(f"--explain {key}: {key} is not a known key", unknown_key_fix(key))
@@ -160,4 +162,23 @@ def explain(key: str | None = None) -> str:
     lines += ["", catalog.describe()]
     lines += ["", "Keys that must not exceed another:"]
     lines += [f"  {small} <= {large}  ({why})" for small, large, why in ORDERED]
+    return "\n".join(lines) + "\n"
+
+
+def explain_algorithm(name: str) -> str:
+    """`--explain module:Class` (or an entry point's name): what the algorithm is, and its own
+    keys with their types, defaults, checks and help, as `learner.<section>.KEY`."""
+    from hpcmarl.algos.catalog import resolve_algorithm
+
+    decl = resolve_algorithm(name)
+    kind = "on-policy" if decl.on_policy else "off-policy"
+    lines = [f"learner.algo = {name}: {decl.summary} ({kind}, trains on {decl.items}s)"]
+    if decl.config is None or decl.section is None:
+        return "\n".join([*lines, "  no keys of its own"]) + "\n"
+    prefix = f"learner.{decl.section}"
+    rules = {f"{prefix}.{key}": rule.text for key, rule in decl.rules.items()}
+    lines.append(f"{prefix}:  (section) {inspect.getdoc(decl.config)}")
+    lines += [
+        _explain_key(path, cls, fld, rules) for path, cls, fld in walk(decl.config, prefix + ".")
+    ]
     return "\n".join(lines) + "\n"

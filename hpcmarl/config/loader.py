@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from hpcmarl.algos.catalog import resolve_algorithm
 from hpcmarl.config.docs import EXPLAIN_HINT, all_keys, explain, field_help, show, unknown_key_fix
 from hpcmarl.config.schema import JobConfig
 from hpcmarl.config.validate import build_job, require_mapping
@@ -151,6 +152,8 @@ def _check_override_key(key: str, text: str) -> list[str]:
         head = ".".join(parts[:n])
         if head in keys and (n == len(parts) or head in _FREE_FORM):
             return parts
+    if len(parts) > 2 and parts[0] == "learner" and f"learner.{parts[1]}" not in keys:
+        return parts  # a plugin algorithm's own section: validation reads it with the algorithm
     raise ConfigError(f"override {text}: {key} is not a known key", unknown_key_fix(key))
 
 
@@ -185,8 +188,13 @@ def job_from_dict(data: dict, source: str = "<dict>") -> JobConfig:
 
 
 def job_to_dict(cfg: JobConfig) -> dict:
-    """Plain dicts, lists and scalars, ready for YAML or JSON and for `job_from_dict`."""
-    return dataclasses.asdict(cfg)
+    """Plain dicts, lists and scalars, ready for YAML or JSON and for `job_from_dict`; a plugin
+    algorithm's section (`learner.<section>`, set by validation) goes with them."""
+    plain = dataclasses.asdict(cfg)
+    decl = resolve_algorithm(cfg.learner.algo)
+    if decl.plugin and decl.section is not None and hasattr(cfg.learner, decl.section):
+        plain["learner"][decl.section] = dataclasses.asdict(getattr(cfg.learner, decl.section))
+    return plain
 
 
 def read_job_file(path: str) -> dict:

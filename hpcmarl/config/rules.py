@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hpcmarl.algos.catalog import CATALOG
+from hpcmarl.algos.catalog import CATALOG, is_algorithm_name
 from hpcmarl.config.docs import show
 from hpcmarl.config.schema import ENV_FAMILIES
 from hpcmarl.loggers import LOGGERS
@@ -135,7 +135,13 @@ RULES: dict[str, Rule] = {
     "agents.mapping": MAPPING,
     "agents.strategy_spec_id": NAME,
     "agents.groups": GROUPS,
-    "learner.algo": one_of(*CATALOG),
+    "learner.algo": Rule(
+        is_algorithm_name,
+        f"must be one of {', '.join(CATALOG)}, module:Class, or an hpcmarl.algorithms entry point",
+        f"one of {', '.join(CATALOG)}, or module:Class of your own algorithm",
+        problem="is not an algorithm",
+        example=False,
+    ),
     "learner.lr": above(0),
     "learner.gamma": within(0, 1, open_low=True),
     "learner.batch_size": at_least(1),

@@ -17,10 +17,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from hpcmarl.algos.catalog import CATALOG
+from hpcmarl.algos.catalog import CATALOG, AlgoDecl, is_algorithm_name, resolve_algorithm
 from hpcmarl.config.docs import EXPLAIN_HINT, default_of, show, unknown_key_fix
 from hpcmarl.config.rules import ORDERED, RULES
-from hpcmarl.config.schema import JobConfig
+from hpcmarl.config.schema import JobConfig, LearnerConfig
 from hpcmarl.errors import ConfigError
 
 
@@ -34,10 +34,12 @@ class _Ctx:
 
     source: str
     origins: Mapping[str, str]
+    rules: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Rules of a plugin algorithm's keys, by dotted path, beside `RULES`."""
 
     def where(self, *paths: str) -> str:
         for key, text in self.origins.items():
-            if any(path == key or path.startswith(key + ".") for path in paths):
+            if any(p == key or p.startswith(key + ".") or key.startswith(p + ".") for p in paths):
                 return f"override {text}"
         return self.source
 
@@ -151,7 +153,7 @@ def _key_value(cls: type, name: str, value: Any, path: str, ctx: _Ctx) -> Any:
     except _Mismatch:
         problem = f"has the wrong type: expected {_type_word(tp)}"
         ctx.fail(path, value, problem, _type_fix(path, tp, default_of(cls, name), value))
-    rule = RULES.get(path)
+    rule = RULES.get(path) or ctx.rules.get(path)
     if rule is not None and not rule.ok(value):
         noun = "integer" if tp is int else "number"
         ctx.fail(
@@ -205,16 +207,49 @@ def require_mapping(data: Any, source: str) -> dict:
 def build_job(data: Any, source: str, origins: Mapping[str, str] | None = None) -> JobConfig:
     """A validated `JobConfig`; `origins` maps keys set by command-line overrides to their text."""
     ctx = _Ctx(source, origins or {})
-    job = _section(JobConfig, require_mapping(data, source), "", ctx)
+    data = require_mapping(data, source)
+    decl = _algorithm_of(data, ctx)
+    own = None
+    if decl is not None and decl.section is not None and decl.plugin:
+        learner = dict(data["learner"])  # the plugin's section is read after the schema's keys
+        own = learner.pop(decl.section, None)
+        data = {**data, "learner": learner}
+    job = _section(JobConfig, data, "", ctx)
+    if decl is not None and decl.config is not None and decl.plugin:
+        path = f"learner.{decl.section}"
+        rules = {f"{path}.{key}": rule for key, rule in decl.rules.items()}
+        plugin_ctx = dataclasses.replace(ctx, rules=rules)
+        setattr(job.learner, str(decl.section), _section(decl.config, own, path, plugin_ctx))
     _check_order(job, ctx)
     _apply_preset(job, data, ctx)
     return job
 
 
+def _algorithm_of(data: dict, ctx: _Ctx) -> AlgoDecl | None:
+    """The job's algorithm, resolved before its keys are read: a plugin brings its own section.
+    None where learner.algo is not a string or no algorithm's name."""
+    learner = data.get("learner") or {}
+    name = learner.get("algo", LearnerConfig.algo) if isinstance(learner, dict) else None
+    if not isinstance(name, str) or not is_algorithm_name(name):
+        return None  # the schema's type check and RULES word these errors
+    try:
+        decl = resolve_algorithm(name)
+    except ConfigError as err:
+        raise ConfigError(f"{ctx.where('learner.algo')}: {err.cause}", err.fix) from None
+    if decl.section is not None and decl.plugin and decl.section in _hints(LearnerConfig):
+        raise ConfigError(
+            f"{ctx.where('learner.algo')}: learner.algo = {name} keeps its keys in "
+            f"learner.{decl.section}, a key hpcmarl already has",
+            f"give the class another section name (its class attribute section), not one of "
+            f"{sorted(_hints(LearnerConfig))}",
+        )
+    return decl
+
+
 def _apply_preset(job: JobConfig, data: dict, ctx: _Ctx) -> None:
     """Fix the keys an algorithm's preset names (`mappo` sets learner.ppo.critic=central); the
     job may repeat them but not contradict them."""
-    decl = CATALOG[job.learner.algo]
+    decl = resolve_algorithm(job.learner.algo)
     if not decl.preset or decl.section is None:
         return
     section = getattr(job.learner, decl.section)

@@ -176,3 +176,22 @@ class ItemSpec:
         """The one-step transitions n-step ones are made of (what a collector records)."""
         columns = tuple(c for c in self.columns if c.name != "discounts")
         return ItemSpec(self.kind, columns, self.agents, self.length, self.replay)
+
+
+def fragment_columns(obs_dim: int) -> list[Column]:
+    """What every on-policy fragment holds, whatever trains on it (PPO, a user's algorithm):
+    each agent's observation, its action and the log-probability the categorical actor sampled
+    it with, what followed, and where in its episode the group was. An algorithm adds its own
+    (a critic's inputs, legal-action masks)."""
+    return [
+        Column("observations", "<f4", (obs_dim,)),
+        Column("actions", "<i8"),
+        Column("log_probs", "<f4"),
+        Column("rewards", "<f4"),
+        Column("terminations", "|b1"),
+        Column("truncations", "|b1"),
+        Column("active", "|b1"),
+        Column("episode_id", "<i8", per="group"),
+        Column("step", "<i4", per="group"),
+        Column("policy_version", "<i8", per="group"),
+    ]

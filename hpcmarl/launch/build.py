@@ -21,6 +21,7 @@ import gymnasium
 import numpy as np
 
 from ..algos import registry
+from ..algos.catalog import on_policy_window
 from ..algos.contract import GroupSpec
 from ..algos.mapping import check_policy_spaces, resolve_groups, resolve_mapping
 from ..algos.torsos import check_torso, space_json
@@ -251,15 +252,16 @@ def check_items(cfg: JobConfig, spec: EnvSpec) -> None:
             )
     if not decl.on_policy:
         return
-    ppo = cfg.learner.ppo
+    batch, lag = on_policy_window(cfg.learner)
     per_task = cfg.collector.fragments_per_task * cfg.env.num_envs
-    window = (ppo.max_policy_lag + 1) * ppo.batch_fragments
+    window = (lag + 1) * batch
     if per_task > window:
+        keys = f"learner.{decl.section}"
         raise ConfigError(
             f"a collect task yields {per_task} fragments (collector.fragments_per_task x "
             f"env.num_envs), more than the {window} the lag window holds "
-            "((learner.ppo.max_policy_lag + 1) x learner.ppo.batch_fragments)",
-            f"raise learner.ppo.batch_fragments to at least {per_task}, or lower "
+            f"(({keys}.max_policy_lag + 1) x {keys}.batch_fragments)",
+            f"raise {keys}.batch_fragments to at least {per_task}, or lower "
             "collector.fragments_per_task",
         )
 

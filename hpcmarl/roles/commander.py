@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from ..algos.catalog import CATALOG
+from ..algos.catalog import resolve_algorithm
 from ..comm.protocol import Message
 from ..comm.transport import LocalTransport
 from ..config.schema import JobConfig
@@ -623,7 +623,7 @@ class Commander(Role):
 
 def make_schedule(ctx: Context) -> Schedule:
     """Deterministic mode's rounds, or the free-running schedule of the algorithm's kind."""
-    on_policy = CATALOG[ctx.cfg.learner.algo].on_policy
+    on_policy = resolve_algorithm(ctx.cfg.learner.algo).on_policy
     if ctx.cfg.psro.enabled:
         return PSRO(ctx)
     if ctx.cfg.commander.deterministic:

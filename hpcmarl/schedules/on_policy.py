@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..algos.catalog import on_policy_window
 from ..roles.task_space import new_task_id
 from .base import Context, Grant, Situation, Timed
 from .ledger import FragmentLedger
 
 
 def make_ledger(ctx: Context) -> FragmentLedger:
-    ppo = ctx.cfg.learner.ppo
-    groups = {g: (ppo.batch_fragments, ppo.max_policy_lag, ctx.keys[g]) for g in ctx.groups}
+    batch, lag = on_policy_window(ctx.cfg.learner)
+    groups = {g: (batch, lag, ctx.keys[g]) for g in ctx.groups}
     return FragmentLedger(groups, ctx.shards, ctx.items_per_task)
 
 

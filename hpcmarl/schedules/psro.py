@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..algos.catalog import CATALOG
+from ..algos.catalog import resolve_algorithm
 from ..algos.contract import PolicySpec
 from ..psro.meta_solvers import meta_solver
 from ..psro.payoff import PayoffTable
@@ -81,7 +81,7 @@ class PSRO(Schedule):
         self.sid = ctx.cfg.agents.strategy_spec_id
         self.players = players_of(ctx)
         self.solver = meta_solver(self.cfg.meta_solver)
-        self.on_policy = CATALOG[ctx.cfg.learner.algo].on_policy
+        self.on_policy = resolve_algorithm(ctx.cfg.learner.algo).on_policy
         """The oracle trains on fresh fragments once (PPO) rather than from a replay table."""
         self.ledger: FragmentLedger | None = None
         """On-policy: the books of this iteration's new keys' fragments, per group."""

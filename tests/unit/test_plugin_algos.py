@@ -1,0 +1,118 @@
+"""Users' own algorithms (`learner.algo: module:Class`): the REINFORCE of `plugin_algos`, which
+lives outside the package, trains CartPole from a job file, checkpoints and resumes; its keys
+are validated and explained like the built-in ones; an algorithm that cannot serve is one line,
+exit 2. The runs are tiny jobs in this process (a few seconds each).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+import hpcmarl
+from hpcmarl.__main__ import main as hpcmarl_main
+from hpcmarl.algos.actors import build_actor
+from hpcmarl.algos.catalog import resolve_algorithm
+from hpcmarl.algos.contract import PolicySpec, run_update
+from hpcmarl.algos.registry import algorithm_class
+from hpcmarl.algos.torsos import TorsoHead
+from hpcmarl.config.loader import job_to_dict, load_job
+from hpcmarl.launch import run
+from hpcmarl.testing.groups import group_of, job_with, random_items
+
+from . import plugin_algos
+
+REINFORCE = "tests.unit.plugin_algos:Reinforce"
+JOB = {
+    "learner": {"algo": REINFORCE, "lr": 3e-3, "reinforce": {"batch_fragments": 4}},
+    "commander": {"stop_value": None, "max_env_steps": 1536},
+    "topology": {"collectors": 1, "learners": 1, "replay_shards": 1},
+}
+"""CartPole, REINFORCE for 1,536 env steps: twelve updates of 4 fragments of 32 steps."""
+
+
+def test_the_plugin_trains_from_a_job_file_checkpoints_and_resumes(tmp_path: Path) -> None:
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump(JOB))
+    trained = hpcmarl.train(job_file, run_dir=tmp_path / "run")
+    assert trained.final["updates"] >= 10
+    saved = yaml.safe_load((trained.run_dir / "config.yaml").read_text())
+    assert saved["learner"]["reinforce"]["batch_fragments"] == 4  # the plugin's own section
+
+    code = hpcmarl_main(["resume", str(trained.run_dir), "commander.max_env_steps=2048"])
+    assert code == 0
+    rows = trained.metrics()
+    assert max(r.get("env_steps", 0) for r in rows) >= 2048  # continued past the first budget
+
+    policy = hpcmarl.load_policy(trained.run_dir)
+    assert isinstance(policy.module, torch.nn.Sequential)  # built by networks.policy_network
+
+
+def test_its_keys_are_checked_and_travel_with_the_job() -> None:
+    job = load_job(JOB, ["learner.reinforce.gae_lambda=0.9"])
+    assert job.learner.reinforce == plugin_algos.ReinforceConfig(batch_fragments=4, gae_lambda=0.9)  # type: ignore[attr-defined]
+    again = load_job(job_to_dict(job))
+    assert again.learner.reinforce == job.learner.reinforce  # type: ignore[attr-defined]
+    decl = resolve_algorithm(REINFORCE)
+    assert decl.on_policy and decl.items == "fragment" and decl.section == "reinforce"
+    assert algorithm_class(REINFORCE) is plugin_algos.Reinforce
+
+
+def test_a_user_torso_shapes_the_plugins_networks_and_its_actor_matches() -> None:
+    job = job_with(hidden_sizes=[8], collector__fragment_length=4)
+    job.learner.model.torso = "tests.unit.user_nets:small_torso"
+    job.learner.reinforce = plugin_algos.ReinforceConfig()  # type: ignore[attr-defined]
+    group = group_of(4, 3)
+    algo = plugin_algos.Reinforce(group, job, seed=0)
+    assert isinstance(algo.networks["policy"], TorsoHead)
+    assert isinstance(algo.networks["baseline"], TorsoHead)  # the same torso, one output
+    items = random_items(plugin_algos.Reinforce.item_spec(group, job), 4, 3)
+    stats = run_update(algo, items).stats
+    assert np.isfinite(stats["policy_loss"]) and np.isfinite(stats["baseline_loss"])
+    (spec,) = plugin_algos.Reinforce.policy_specs(group, job).values()
+    actor = build_actor(PolicySpec.from_json(spec.to_json()))
+    actor.set_weights(algo.publish()[spec.key])
+    obs = np.random.default_rng(1).normal(size=(5, 4)).astype(np.float32)
+    with torch.no_grad():
+        expected = algo.acting("shared")(torch.as_tensor(obs))
+    assert torch.equal(actor.scores(obs), expected)  # type: ignore[attr-defined]
+
+
+def test_explain_lists_the_plugins_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    assert hpcmarl_main(["--explain", REINFORCE]) == 0
+    text = capsys.readouterr().out
+    assert "learner.reinforce.gae_lambda: float = 1.0  [must be >= 0 and <= 1]" in text
+    assert "REINFORCE with a learned baseline" in text
+
+
+ERRORS = [
+    (["learner.algo=no_such_module:Algo"], "module 'no_such_module' cannot be imported"),
+    (["learner.algo=tests.unit.plugin_algos:Missing"], "has no such name"),
+    (["learner.algo=tests.unit.plugin_algos:ReinforceConfig"], "does not subclass"),
+    (["learner.algo=tests.unit.plugin_algos:gae"], "holds a function"),
+    (["learner.algo=dqnn"], "is not an algorithm: must be one of dqn"),
+    ([f"learner.algo={REINFORCE}", "learner.reinforce.baseline_coef=-1"], "must be >= 0"),
+    ([f"learner.algo={REINFORCE}", "learner.reinforce.clip=0.2"], "is not a known key"),
+    ([f"learner.algo={REINFORCE}", "learner.reinforce.gae_lambda=x"], "expected a finite"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "says"), ERRORS, ids=[e[1] for e in ERRORS])
+def test_an_algorithm_that_cannot_serve_is_one_line_exit_2(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    overrides: list[str],
+    says: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = run.run_job(None, [*overrides, "commander.max_env_steps=200"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("hpcmarl: error: ")]
+    assert code == 2 and len(lines) == 1, err
+    assert says in lines[0] and "; fix: " in lines[0] and "Traceback" not in err
+    assert not list(tmp_path.iterdir())  # refused before the run directory
