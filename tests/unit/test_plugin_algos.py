@@ -82,6 +82,17 @@ def test_a_user_torso_shapes_the_plugins_networks_and_its_actor_matches() -> Non
     assert torch.equal(actor.scores(obs), expected)  # type: ignore[attr-defined]
 
 
+def test_an_entry_point_names_the_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dist = tmp_path / "my_algos-1.0.dist-info"  # what pip writes for a package's entry points
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-algos\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[hpcmarl.algorithms]\nmy_reinforce = {REINFORCE}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    job = load_job(None, ["learner.algo=my_reinforce", "learner.reinforce.entropy_coef=0"])
+    assert job.learner.reinforce.entropy_coef == 0  # type: ignore[attr-defined]
+    assert algorithm_class("my_reinforce") is plugin_algos.Reinforce
+
+
 def test_explain_lists_the_plugins_keys(capsys: pytest.CaptureFixture[str]) -> None:
     assert hpcmarl_main(["--explain", REINFORCE]) == 0
     text = capsys.readouterr().out
