@@ -260,6 +260,8 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
             exit_now(exit_code_of(roles))  # MPI_Finalize hangs once a rank is gone
         return exit_code_of(roles)
     except Exception as err:  # noqa: BLE001 - any failure must end the whole world
+        for role in roles:  # what the commander's loggers end their runs with
+            role.exit_code = role.exit_code or 1
         close_roles(roles, wait_s=WRITER_WAIT_S if comm is None else 0.0)
         if building and isinstance(err, UserError):
             refuse_on_rank(rank, err, comm)

@@ -15,9 +15,11 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import hpcmarl
+from hpcmarl.api import TrainingError
 from hpcmarl.config.loader import load_job
 from hpcmarl.errors import ConfigError
 from hpcmarl.metrics import MetricsSink
+from hpcmarl.testing import faults
 
 from .conftest import TINY
 
@@ -130,6 +132,20 @@ def test_a_logger_that_fails_mid_run_is_dropped_with_one_warning(
     assert [e.step for e in tb.Scalars("progress/replay_fill")] == [100, 200, 300]
     rows = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["env_steps"] for r in rows] == [100, 200, 300]
+
+
+def test_a_failed_run_ends_its_mlflow_run_as_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(faults, "_spec", ("collector", 3, "raise"))  # HPCMARL_FAULT, parsed
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    with pytest.raises(TrainingError):
+        hpcmarl.train(TINY, ["runtime.loggers=[mlflow]"], run_dir=tmp_path)
+    client = mlflow_tracking.MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    experiment = client.get_experiment_by_name("cartpole-dqn")
+    (mlrun,) = client.search_runs([experiment.experiment_id])
+    assert mlrun.info.status == "FAILED"
 
 
 def test_an_unknown_logger_is_one_line() -> None:
