@@ -333,6 +333,7 @@ BAD_VALUES = {
     "runtime.idle_sleep_max_s": -1,
     "runtime.idle_wait_s": -0.5,
     "runtime.shutdown_timeout_s": 0,
+    "runtime.loggers": ["tensorboard", "neptune"],
     "psro.iterations": -1,
     "psro.steps_per_iteration": 0,
     "psro.updates_per_iteration": 0,

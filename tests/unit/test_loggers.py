@@ -157,4 +157,6 @@ def test_an_unknown_logger_is_one_line() -> None:
         "neptune] names an unknown logger or one twice: each must be one of tensorboard, "
         "wandb, mlflow"
     )
+    with pytest.raises(ConfigError, match="names an unknown logger or one twice"):
+        load_job(None, ["runtime.loggers=[wandb,wandb]"])
     assert load_job(None, []).runtime.loggers == ["tensorboard"]  # as every run before
