@@ -15,7 +15,7 @@ later iteration k then runs four phases, and the schedule's state says which one
    of fresh fragments once, as the on-policy schedule does, with a `FragmentLedger` of the
    iteration's new keys (each collect task fills its learning player's books); its players'
    collection follows from the updates
-   (`updates_per_iteration` x `ppo.batch_fragments` fragments each).
+   (`updates_per_iteration` x the algorithm's `batch_fragments` fragments each).
 3. `evaluate`: every payoff entry that wants episodes is one matchup task (greedy policies, the
    same deals for every entry, the final weight versions named).
 4. `solve`: the meta-solver gives the new meta-strategy; a collector scores its exploitability
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..algos.catalog import resolve_algorithm
+from ..algos.catalog import on_policy_window, resolve_algorithm
 from ..algos.contract import PolicySpec
 from ..psro.meta_solvers import meta_solver
 from ..psro.payoff import PayoffTable
@@ -218,11 +218,11 @@ class PSRO(Schedule):
         """On-policy: empty books for each player's new keys, at version 1 (fresh networks)."""
         if not self.on_policy or not self.iteration:
             return None
-        ppo = self.ctx.cfg.learner.ppo
+        batch, lag = on_policy_window(self.ctx.cfg.learner)
         books = {
             player.group: (
-                ppo.batch_fragments,
-                ppo.max_policy_lag,
+                batch,
+                lag,
                 tuple(sorted(self.populations[p][-1].values())),
             )
             for p, player in enumerate(self.players)
@@ -314,7 +314,7 @@ class PSRO(Schedule):
         """On-policy: the next player in turn whose new policy still needs fragments for its
         quota of updates and whose books let a task start now."""
         assert self.ledger is not None
-        wanted = self.cfg.updates_per_iteration * self.ctx.cfg.learner.ppo.batch_fragments
+        wanted = self.cfg.updates_per_iteration * on_policy_window(self.ctx.cfg.learner)[0]
         for _ in self.players:
             p = self.turn % len(self.players)
             self.turn += 1
