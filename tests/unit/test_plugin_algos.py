@@ -93,6 +93,25 @@ def test_an_entry_point_names_the_plugin(tmp_path: Path, monkeypatch: pytest.Mon
     assert algorithm_class("my_reinforce") is plugin_algos.Reinforce
 
 
+def test_the_plugin_learns_which_action_pays() -> None:
+    """A one-step bandit: action 1 pays 1, action 0 nothing; fifty updates on uniformly chosen
+    actions move the policy to action 1 (the policy gradient's sign and the baseline at work)."""
+    job = job_with(lr=1e-2, hidden_sizes=[16], collector__fragment_length=4)
+    job.learner.reinforce = plugin_algos.ReinforceConfig(entropy_coef=0.0)  # type: ignore[attr-defined]
+    group = group_of(4, 2)
+    algo = plugin_algos.Reinforce(group, job, seed=0)
+    spec = plugin_algos.Reinforce.item_spec(group, job)
+    for seed in range(50):
+        items = random_items(spec, 8, 2, seed=seed)
+        items["rewards"] = (items["actions"] == 1).astype(np.float32)
+        items["terminations"][:] = True
+        run_update(algo, items)
+    obs = torch.as_tensor(np.random.default_rng(99).normal(size=(64, 4)), dtype=torch.float32)
+    with torch.no_grad():
+        chosen = algo.acting("shared")(obs).softmax(-1)[:, 1]
+    assert float(chosen.mean()) > 0.9
+
+
 def test_explain_lists_the_plugins_keys(capsys: pytest.CaptureFixture[str]) -> None:
     assert hpcmarl_main(["--explain", REINFORCE]) == 0
     text = capsys.readouterr().out
