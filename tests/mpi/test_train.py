@@ -40,15 +40,18 @@ def test_cartpole_solves_in_one_process(tmp_path: Path) -> None:
 
 @pytest.mark.mpi
 @pytest.mark.slow
-@pytest.mark.parametrize("ranks", [16])  # -n 1: tests/mpi/test_frame_stacks.py
-def test_cartpole_solves_under_mpirun(tmp_path: Path, ranks: int) -> None:
-    result = run_mpi(
-        ranks, ["-m", "hpcmarl", STEP_BUDGET, f"runtime.run_dir={tmp_path}"], timeout=600
-    )
+def test_the_default_job_trains_at_make_runs_16_ranks(tmp_path: Path) -> None:
+    """`make run`'s world: every role on its own ranks, 16 in all, through a whole run and its
+    final checkpoint. Solving is the one-process test's above and the fast job's below at -n 4
+    (the same DQN; solving at -n 16 cost 3 minutes of CI on 2 cores for nothing more)."""
+    args = ["-m", "hpcmarl", "commander.max_env_steps=4000", "commander.stop_value=null"]
+    result = run_mpi(16, [*args, f"runtime.run_dir={tmp_path}"], timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "stop_value reached" in finished_line(result.stdout)
-    assert f"topology for {ranks} rank(s)" in result.stdout
-    check_run_dir(tmp_path)
+    assert "step budget reached" in finished_line(result.stdout)
+    assert "topology for 16 rank(s)" in result.stdout
+    rows = check_run_dir(tmp_path)
+    assert max(row["updates"] for row in rows if row["kind"] == "progress") > 0
+    assert (tmp_path / "checkpoints" / "latest").exists()
 
 
 @pytest.mark.mpi
