@@ -297,6 +297,14 @@ def describe() -> str:
         lines.append(
             f"  {decl.name:<6} {decl.summary}; {keys}" + (f" (fixes {preset})" if preset else "")
         )
+    lines += [
+        f"  {name:<6} installed: an entry point of the {ENTRY_POINT_GROUP} group"
+        for name in plugin_names()
+    ]
+    lines.append(
+        "  module:Class  your own algorithm, a subclass of hpcmarl.algos.contract.Algorithm; "
+        "--explain module:Class lists its keys"
+    )
     return "\n".join(lines)
 
 
@@ -347,6 +355,7 @@ def resolve_algorithm(name: str) -> AlgoDecl:
 def _plugin_decl(name: str, target: str) -> AlgoDecl:
     """The declaration a user's algorithm class makes of itself."""
     from hpcmarl.algos.contract import Algorithm  # numpy only: reading a job stays light
+    from hpcmarl.items.spec import ITEM_KINDS
 
     module_name, _, attr = target.partition(":")
     try:
@@ -377,6 +386,12 @@ def _plugin_decl(name: str, target: str) -> AlgoDecl:
             f"learner.algo = {name}: {attr}.config is {config!r:.60}, not a dataclass",
             "set the class attribute config to a @dataclass of your algorithm's keys, or None",
         )
+    items = getattr(cls, "items", "transition")
+    if items not in ITEM_KINDS:
+        raise ConfigError(
+            f"learner.algo = {name}: {attr}.items is {items!r}, not an item kind",
+            f"set the class attribute items to one of {', '.join(ITEM_KINDS)}",
+        )
     needed = {"batch_fragments", "max_policy_lag"}
     fields = {f.name for f in dataclasses.fields(config)} if config is not None else set()
     if getattr(cls, "on_policy", False) and not needed <= fields:
@@ -393,7 +408,7 @@ def _plugin_decl(name: str, target: str) -> AlgoDecl:
         impl=target,
         section=section if config is not None else None,
         on_policy=bool(getattr(cls, "on_policy", False)),
-        items=getattr(cls, "items", "transition"),
+        items=items,
         offline_only=bool(getattr(cls, "offline_only", False)),
         config=config,
         rules=dict(getattr(cls, "rules", {})),

@@ -6,6 +6,7 @@ exit 2. The runs are tiny jobs in this process (a few seconds each).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -117,9 +118,26 @@ def test_explain_lists_the_plugins_keys(capsys: pytest.CaptureFixture[str]) -> N
     text = capsys.readouterr().out
     assert "learner.reinforce.gae_lambda: float = 1.0  [must be >= 0 and <= 1]" in text
     assert "REINFORCE with a learned baseline" in text
+    assert hpcmarl_main(["--explain"]) == 0
+    assert "module:Class  your own algorithm" in capsys.readouterr().out
 
 
+class FrameReinforce(plugin_algos.Reinforce):
+    """A declaration gone wrong: no such item kind."""
+
+    items = "frames"
+
+
+class LaglessReinforce(plugin_algos.Reinforce):
+    """On-policy without the keys the scheduler reads."""
+
+    config = dataclasses.make_dataclass("Keys", [("entropy_coef", float, 0.0)])
+
+
+HERE = "tests.unit.test_plugin_algos"
 ERRORS = [
+    ([f"learner.algo={HERE}:FrameReinforce"], "items is 'frames', not an item kind"),
+    ([f"learner.algo={HERE}:LaglessReinforce"], "lacks ['batch_fragments', 'max_policy_lag']"),
     (["learner.algo=no_such_module:Algo"], "module 'no_such_module' cannot be imported"),
     (["learner.algo=tests.unit.plugin_algos:Missing"], "has no such name"),
     (["learner.algo=tests.unit.plugin_algos:ReinforceConfig"], "does not subclass"),
