@@ -41,10 +41,11 @@ def policy_specs(cfg: Any, group: GroupSpec) -> dict[str, PolicySpec]:
 
 def check_fits(algo_name: str, action_space: gymnasium.Space) -> None:
     """Raise `EnvError` when `algo_name` cannot act in `action_space`."""
-    decl_of(algo_name)
+    decl = decl_of(algo_name)
     if not isinstance(action_space, gymnasium.spaces.Discrete):
         raise EnvError(
-            f"{algo_name.upper()} needs a Discrete action space, the environment has "
+            f"{algo_name if decl.plugin else algo_name.upper()} needs a Discrete action space, "
+            f"the environment has "
             f"{action_space}",
             "pick an environment with discrete actions (e.g. CartPole-v1, mpe2.simple_spread_v3 "
             "with continuous_actions=False), or discretise the actions with a wrapper",

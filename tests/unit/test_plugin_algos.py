@@ -145,6 +145,7 @@ ERRORS = [
     (["learner.algo=dqnn"], "is not an algorithm: must be one of dqn"),
     ([f"learner.algo={REINFORCE}", "learner.reinforce.baseline_coef=-1"], "must be >= 0"),
     ([f"learner.algo={REINFORCE}", "learner.reinforce.clip=0.2"], "is not a known key"),
+    ([f"learner.algo={REINFORCE}", "env.id=Pendulum-v1"], "Reinforce needs a Discrete action"),
     ([f"learner.algo={REINFORCE}", "learner.reinforce.gae_lambda=x"], "expected a finite"),
 ]
 
