@@ -6,67 +6,12 @@ holds the checks that relate two keys. `validate` applies both after the types a
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from hpcmarl.algos.catalog import CATALOG, is_algorithm_name
-from hpcmarl.config.docs import show
 from hpcmarl.config.schema import ENV_FAMILIES
+from hpcmarl.limits import Rule, above, at_least, one_of, within
 from hpcmarl.loggers import LOGGERS
-
-
-@dataclass(frozen=True)
-class Rule:
-    """An allowed-value check on one key, with the words that explain it to the user.
-
-    `advice` completes "set KEY to ..."; `{noun}` / `{a_noun}` become "integer" / "an integer"
-    or "number" / "a number" after the key's type. `bounds` are the numbers the text names, so
-    that a test can try every key at its limits (`tests/unit/test_bounds.py`).
-    """
-
-    ok: Callable[[Any], bool]
-    text: str
-    advice: str
-    problem: str = "is out of range"
-    example: bool = True
-    bounds: tuple[float, ...] = ()
-
-    def fix(self, path: str, noun: str, example: Any) -> str:
-        article = "an" if noun[0] in "aeiou" else "a"
-        advice = self.advice.format(noun=noun, a_noun=f"{article} {noun}")
-        return f"set {path} to {advice}" + (f" such as {show(example)}" if self.example else "")
-
-
-def above(lo: float) -> Rule:
-    advice = "a positive {noun}" if lo == 0 else "{a_noun} above " + str(lo)
-    return Rule(lambda v: v > lo, f"must be > {lo}", advice, bounds=(lo,))
-
-
-def at_least(lo: float) -> Rule:
-    advice = "a non-negative {noun}" if lo == 0 else "{a_noun} of at least " + str(lo)
-    return Rule(lambda v: v >= lo, f"must be >= {lo}", advice, bounds=(lo,))
-
-
-def within(lo: float, hi: float, open_low: bool = False) -> Rule:
-    low, left = (above(lo), "(") if open_low else (at_least(lo), "[")
-    return Rule(
-        lambda v: low.ok(v) and v <= hi,
-        f"{low.text} and <= {hi}",
-        f"{{a_noun}} in {left}{lo}, {hi}]",
-        bounds=(lo, hi),
-    )
-
-
-def one_of(*choices: str) -> Rule:
-    listed = ", ".join(choices)
-    return Rule(
-        lambda v: v in choices,
-        f"must be one of {listed}",
-        f"one of {listed}",
-        problem="is not a valid choice",
-        example=False,
-    )
 
 
 def _is_name(value: str) -> bool:
@@ -150,44 +95,6 @@ RULES: dict[str, Rule] = {
         bool, "must be non-empty", "mlp, cnn or module:function", problem="is empty"
     ),
     "learner.grad_clip": at_least(0),
-    "learner.dqn.huber_delta": above(0),
-    "learner.dqn.target_network_update_freq": at_least(1),
-    "learner.dqn.target_tau": within(0, 1),
-    "learner.dqn.eps_start": within(0, 1),
-    "learner.dqn.eps_end": within(0, 1),
-    "learner.dqn.eps_decay_steps": at_least(1),
-    "learner.dqn.n_step": at_least(1),
-    "learner.ppo.critic": one_of("central", "local"),
-    "learner.ppo.batch_fragments": at_least(1),
-    "learner.ppo.epochs": at_least(1),
-    "learner.ppo.minibatches": at_least(1),
-    "learner.ppo.clip": above(0),
-    "learner.ppo.value_clip": at_least(0),
-    "learner.ppo.gae_lambda": within(0, 1),
-    "learner.ppo.entropy_coef": at_least(0),
-    "learner.ppo.value_coef": at_least(0),
-    "learner.ppo.value_huber_delta": at_least(0),
-    "learner.ppo.activation": one_of("tanh", "relu"),
-    "learner.ppo.max_policy_lag": at_least(0),
-    "learner.qmix.mixer": one_of("qmix", "vdn"),
-    "learner.qmix.rnn_hidden": at_least(1),
-    "learner.qmix.mixing_embed": at_least(1),
-    "learner.qmix.hypernet_embed": at_least(1),
-    "learner.qmix.td_lambda": within(0, 1),
-    "learner.qmix.target_network_update_freq": at_least(1),
-    "learner.qmix.target_tau": within(0, 1),
-    "learner.qmix.episode_limit": at_least(1),
-    "learner.qmix.eps_start": within(0, 1),
-    "learner.qmix.eps_end": within(0, 1),
-    "learner.qmix.eps_decay_steps": at_least(1),
-    "learner.r2d2.rnn_hidden": at_least(1),
-    "learner.r2d2.n_step": at_least(1),
-    "learner.r2d2.priority_eta": within(0, 1),
-    "learner.r2d2.target_network_update_freq": at_least(1),
-    "learner.r2d2.target_tau": within(0, 1),
-    "learner.r2d2.eps_start": within(0, 1),
-    "learner.r2d2.eps_end": within(0, 1),
-    "learner.r2d2.eps_decay_steps": at_least(1),
     "replay.sequence_length": at_least(2),
     "replay.burn_in": at_least(0),
     "replay.sequence_overlap": at_least(0),
@@ -267,6 +174,14 @@ RULES: dict[str, Rule] = {
         bounds=(0,),
     ),
 }
+
+RULES.update(
+    (f"learner.{decl.section}.{key}", rule)
+    for decl in CATALOG.values()
+    if decl.section
+    for key, rule in decl.rules.items()
+)
+"""Each built-in algorithm's rules, kept beside its code (`algos/<name>_config.py`)."""
 
 ORDERED: tuple[tuple[str, str, str], ...] = (
     ("learner.dqn.eps_end", "learner.dqn.eps_start", "epsilon decays from eps_start to eps_end"),

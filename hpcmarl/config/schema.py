@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from hpcmarl.algos.catalog import DQNConfig, PPOConfig, QMIXConfig, R2D2Config
+from hpcmarl.algos.dqn_config import DQNConfig
+from hpcmarl.algos.ppo_config import PPOConfig
+from hpcmarl.algos.r2d2_config import R2D2Config
+from hpcmarl.algos.value_decomposition_config import QMIXConfig
 
 ENV_FAMILIES = ("gymnasium", "pettingzoo", "openspiel")
 """The values of `env.kind`; `envs.registry.ENV_KINDS` makes each (kept light: no env imports)."""

@@ -22,8 +22,8 @@ from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec
 from hpcmarl.algos.networks import policy_layout, policy_network
 from hpcmarl.algos.returns import gae
 from hpcmarl.algos.torsos import torso_spec
-from hpcmarl.config.rules import at_least, within
 from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec, fragment_columns
+from hpcmarl.limits import at_least, within
 
 
 @dataclass
