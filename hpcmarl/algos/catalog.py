@@ -18,9 +18,10 @@ import importlib.metadata
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
-from hpcmarl.algos import dqn_config, ppo_config, r2d2_config, value_decomposition_config
+from hpcmarl.algos import bc_config, dqn_config, ppo_config, r2d2_config, value_decomposition_config
 from hpcmarl.errors import ConfigError
 
 ENTRY_POINT_GROUP = "hpcmarl.algorithms"
@@ -56,83 +57,56 @@ class AlgoDecl:
         return self.name not in CATALOG
 
 
+def _built_in(name: str, summary: str, declared: ModuleType, **preset: Any) -> AlgoDecl:
+    """A built-in algorithm as its `<module>_config.py` declares it (the attributes a plugin
+    class declares, in capitals); `preset` fixes keys of its section."""
+    return AlgoDecl(
+        name,
+        summary,
+        declared.IMPL,
+        getattr(declared, "SECTION", None),
+        on_policy=getattr(declared, "ON_POLICY", False),
+        items=getattr(declared, "ITEMS", "transition"),
+        offline_only=getattr(declared, "OFFLINE_ONLY", False),
+        preset=preset,
+        config=getattr(declared, "CONFIG", None),
+        rules=getattr(declared, "RULES", {}),
+    )
+
+
 CATALOG: dict[str, AlgoDecl] = {
     decl.name: decl
     for decl in (
-        AlgoDecl(
-            "dqn",
-            "deep Q-learning (off-policy, replay)",
-            "hpcmarl.algos.dqn:DQN",
-            "dqn",
-            config=dqn_config.DQNConfig,
-            rules=dqn_config.RULES,
-        ),
-        AlgoDecl(
-            "bc",
-            "behaviour cloning of a dataset's actions (offline only)",
-            "hpcmarl.algos.bc:BehaviourCloning",
-            None,
-            offline_only=True,
-        ),
-        AlgoDecl(
-            "ppo",
-            "PPO with the critic learner.ppo.critic chooses (on-policy)",
-            "hpcmarl.algos.ppo:PPO",
-            "ppo",
-            config=ppo_config.PPOConfig,
-            rules=ppo_config.RULES,
-            on_policy=True,
-            items="fragment",
-        ),
-        AlgoDecl(
+        _built_in("dqn", "deep Q-learning (off-policy, replay)", dqn_config),
+        _built_in("bc", "behaviour cloning of a dataset's actions (offline only)", bc_config),
+        _built_in("ppo", "PPO with the critic learner.ppo.critic chooses (on-policy)", ppo_config),
+        _built_in(
             "mappo",
             "PPO with a centralised critic on the global state",
-            "hpcmarl.algos.ppo:PPO",
-            "ppo",
-            config=ppo_config.PPOConfig,
-            rules=ppo_config.RULES,
-            on_policy=True,
-            items="fragment",
-            preset={"critic": "central"},
+            ppo_config,
+            critic="central",
         ),
-        AlgoDecl(
+        _built_in(
             "ippo",
             "PPO with each agent's critic on its own observation",
-            "hpcmarl.algos.ppo:PPO",
-            "ppo",
-            config=ppo_config.PPOConfig,
-            rules=ppo_config.RULES,
-            on_policy=True,
-            items="fragment",
-            preset={"critic": "local"},
+            ppo_config,
+            critic="local",
         ),
-        AlgoDecl(
+        _built_in(
             "qmix",
             "QMIX: recurrent agents, a monotonic mixer on the global state (episodes, replay)",
-            "hpcmarl.algos.value_decomposition:ValueDecomposition",
-            "qmix",
-            config=value_decomposition_config.QMIXConfig,
-            rules=value_decomposition_config.RULES,
-            items="episode",
+            value_decomposition_config,
         ),
-        AlgoDecl(
+        _built_in(
             "r2d2",
             "recurrent DQN on sequences with burn-in, n-step targets (prioritized replay)",
-            "hpcmarl.algos.r2d2:R2D2",
-            "r2d2",
-            config=r2d2_config.R2D2Config,
-            rules=r2d2_config.RULES,
-            items="sequence",
+            r2d2_config,
         ),
-        AlgoDecl(
+        _built_in(
             "vdn",
             "VDN: recurrent agents whose Q-values add up (episodes, replay)",
-            "hpcmarl.algos.value_decomposition:ValueDecomposition",
-            "qmix",
-            config=value_decomposition_config.QMIXConfig,
-            rules=value_decomposition_config.RULES,
-            items="episode",
-            preset={"mixer": "vdn"},
+            value_decomposition_config,
+            mixer="vdn",
         ),
     )
 }

@@ -1,6 +1,8 @@
 """The keys of DQN (`learner.dqn`) and their checks, beside its code (dqn.py).
 
-Torch-free, so that reading a job (the schema, validation, `--explain`) imports no torch.
+`algos.catalog` reads IMPL, SECTION, ON_POLICY, ITEMS, CONFIG and RULES (a plugin class
+declares the same as attributes). Torch-free, so that reading a job (the schema, validation,
+`--explain`) imports no torch.
 """
 
 from __future__ import annotations
@@ -8,6 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcmarl.limits import Rule, above, at_least, within
+
+IMPL = "hpcmarl.algos.dqn:DQN"
+"""The implementation, imported when a role needs it."""
+SECTION = "dqn"
+"""Its keys are `learner.dqn.*`."""
+ON_POLICY = False
+ITEMS = "transition"
 
 
 @dataclass
@@ -45,3 +54,5 @@ RULES: dict[str, Rule] = {
     "n_step": at_least(1),
 }
 """The allowed values of the keys that have limits, by key (validation and `--explain`)."""
+
+CONFIG = DQNConfig

@@ -1,7 +1,9 @@
 """The keys of PPO and its presets mappo and ippo (`learner.ppo`) and their checks, beside its
 code (ppo.py).
 
-Torch-free, so that reading a job (the schema, validation, `--explain`) imports no torch.
+`algos.catalog` reads IMPL, SECTION, ON_POLICY, ITEMS, CONFIG and RULES (a plugin class
+declares the same as attributes). Torch-free, so that reading a job (the schema, validation,
+`--explain`) imports no torch.
 """
 
 from __future__ import annotations
@@ -9,6 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcmarl.limits import Rule, above, at_least, one_of, within
+
+IMPL = "hpcmarl.algos.ppo:PPO"
+"""The implementation, imported when a role needs it."""
+SECTION = "ppo"
+"""Its keys are `learner.ppo.*`."""
+ON_POLICY = True
+ITEMS = "fragment"
 
 
 @dataclass
@@ -75,3 +84,5 @@ RULES: dict[str, Rule] = {
     "max_policy_lag": at_least(0),
 }
 """The allowed values of the keys that have limits, by key (validation and `--explain`)."""
+
+CONFIG = PPOConfig

@@ -1,6 +1,8 @@
 """The keys of R2D2 (`learner.r2d2`) and their checks, beside its code (r2d2.py).
 
-Torch-free, so that reading a job (the schema, validation, `--explain`) imports no torch.
+`algos.catalog` reads IMPL, SECTION, ON_POLICY, ITEMS, CONFIG and RULES (a plugin class
+declares the same as attributes). Torch-free, so that reading a job (the schema, validation,
+`--explain`) imports no torch.
 """
 
 from __future__ import annotations
@@ -8,6 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcmarl.limits import Rule, at_least, within
+
+IMPL = "hpcmarl.algos.r2d2:R2D2"
+"""The implementation, imported when a role needs it."""
+SECTION = "r2d2"
+"""Its keys are `learner.r2d2.*`."""
+ON_POLICY = False
+ITEMS = "sequence"
 
 
 @dataclass
@@ -53,3 +62,5 @@ RULES: dict[str, Rule] = {
     "eps_decay_steps": at_least(1),
 }
 """The allowed values of the keys that have limits, by key (validation and `--explain`)."""
+
+CONFIG = R2D2Config

@@ -1,7 +1,9 @@
 """The keys of value decomposition, qmix and its preset vdn (`learner.qmix`), and their checks,
 beside its code (value_decomposition.py).
 
-Torch-free, so that reading a job (the schema, validation, `--explain`) imports no torch.
+`algos.catalog` reads IMPL, SECTION, ON_POLICY, ITEMS, CONFIG and RULES (a plugin class
+declares the same as attributes). Torch-free, so that reading a job (the schema, validation,
+`--explain`) imports no torch.
 """
 
 from __future__ import annotations
@@ -9,6 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcmarl.limits import Rule, at_least, one_of, within
+
+IMPL = "hpcmarl.algos.value_decomposition:ValueDecomposition"
+"""The implementation, imported when a role needs it."""
+SECTION = "qmix"
+"""Its keys are `learner.qmix.*`."""
+ON_POLICY = False
+ITEMS = "episode"
 
 
 @dataclass
@@ -76,3 +85,5 @@ RULES: dict[str, Rule] = {
     "eps_decay_steps": at_least(1),
 }
 """The allowed values of the keys that have limits, by key (validation and `--explain`)."""
+
+CONFIG = QMIXConfig
