@@ -37,9 +37,10 @@ from hpcmarl.items.spec import Column, ItemSpec
 Batch = dict[str, np.ndarray]
 
 
-@dataclass
+@dataclass(slots=True)
 class StepRecord:
-    """One vector step of every agent: what was seen, what was done, what came of it."""
+    """One vector step of every agent: what was seen, what was done, what came of it (made
+    every step: slots make it cheaper to build and to free)."""
 
     observations: dict[str, np.ndarray]
     """s_t per agent, [num_envs, obs_dim]."""
@@ -165,23 +166,72 @@ def step_slots(target: np.ndarray, length: int) -> list[np.ndarray]:
     return [target[:, t] for t in range(length)]
 
 
+RUN_COLUMNS = frozenset({"policy_version", "agent_id", "filled"})
+"""Columns whose value at a step is one Python scalar for every env copy (`_getter`), the same
+object for runs of steps (a weight version changes when new weights arrive)."""
+
+
+def fill_runs(target: np.ndarray, start: int, values: list[object]) -> None:
+    """`target[:, start + k] = values[k]` for every k, one assignment per run of one object
+    (a scalar, broadcast over the run's env copies and steps)."""
+    first = 0
+    for k in range(1, len(values) + 1):
+        if k == len(values) or values[k] is not values[first]:
+            target[:, start + first : start + k] = values[first]
+            first = k
+
+
 class StagedWriter(ItemWriter):
     """A writer whose steps go into a stage kept for the writer's life, through views of each
     step's slot made once (`writes`); `batch()` copies the stage into the fragment's fresh
     packed buffer, one copy per column. A fresh buffer per fragment (the previous one is in
     flight) would need every view made anew, and writing through a ready view costs 60 % of
     indexing a column by step (numpy's per-call cost is most of a small write): on CartPole
-    the writes were the collector's largest cost beside acting and stepping."""
+    the writes were the collector's largest cost beside acting and stepping. A scalar column
+    (`RUN_COLUMNS`: a weight version) is appended to a list per step instead, and written into
+    the stage at `flush` (by `batch()` and `reset()`) with one assignment per run of one value:
+    a list append costs a tenth of a numpy write."""
 
     stage: dict[str, np.ndarray]
     writes: list[tuple[list[np.ndarray], Getter, str]]
     """(the slots by step of a column or of one agent's part of it, getter, agent) of every
-    value written per step: the hot loop's one flat list."""
+    array written per step: the hot loop's one flat list."""
+    runs: list[tuple[list[object], Getter, str, np.ndarray]]
+    """(this fragment's values so far, getter, agent, the [copy, step, ...] target) of every
+    `RUN_COLUMNS` value taken per step."""
+    staged = 0
+    """Steps of this fragment whose `runs` are in the stage."""
+
+    def plan_writes(self, targets: list[tuple[str, np.ndarray, Getter, str]]) -> None:
+        """`writes` and `runs` of (column, its [copy, step, ...] target, getter, agent)."""
+        self.writes, self.runs = [], []
+        for name, target, get, agent in targets:
+            if name in RUN_COLUMNS:
+                self.runs.append(([], get, agent, target))
+            else:
+                self.writes.append((step_slots(target, self.length), get, agent))
 
     def add(self, record: StepRecord) -> None:
         t = self.t
         for slots, get, agent in self.writes:
             slots[t][...] = get(record, agent)
+        for values, get, agent, _ in self.runs:
+            values.append(get(record, agent))
+
+    def flush(self) -> None:
+        """Write the `runs` values taken since the last flush into the stage."""
+        taken = len(self.runs[0][0]) if self.runs else 0
+        if not taken:
+            return
+        start, self.staged = self.staged, self.staged + taken
+        for values, _, _, target in self.runs:
+            fill_runs(target, start, values)
+            values.clear()
+
+    def reset(self) -> None:
+        self.flush()  # the stage holds every step taken, as if written when it was taken
+        self.staged = 0
+        super().reset()
 
 
 class TransitionWriter(StagedWriter):
@@ -207,11 +257,13 @@ class TransitionWriter(StagedWriter):
         self._active = np.ones(lead, bool)
         filled = [(n, get) for n, get in self.getters.items() if n != "agent_id"]
         filled.append(("active", _SOURCES["active"]))
-        self.writes = [
-            (step_slots(self._active[j] if n == "active" else self.stage[n][j], length), get, a)
-            for j, a in enumerate(agents)
-            for n, get in filled
-        ]
+        self.plan_writes(
+            [
+                (n, self._active[j] if n == "active" else self.stage[n][j], get, a)
+                for j, a in enumerate(agents)
+                for n, get in filled
+            ]
+        )
 
     def allocate(self) -> PackedBatch:
         rows = len(self.agents) * self.num_envs * self.length
@@ -219,6 +271,7 @@ class TransitionWriter(StagedWriter):
 
     def batch(self) -> Batch:
         """Rows ordered by agent, then env copy, then step; only active agents' rows."""
+        self.flush()
         for name, column in self.columns.items():
             column[...] = self.stage[name].reshape(column.shape)
         active = self._active
@@ -239,16 +292,17 @@ class FragmentWriter(StagedWriter):
         specs = self.spec.batch_specs(self.num_envs)
         if not hasattr(self, "stage"):
             self.stage = {name: np.empty(shape, dtype) for name, dtype, shape in specs}
-            self.writes = []
+            targets = []
             for column in self.spec.columns:
                 get, target = self.getters[column.name], self.stage[column.name]
                 if column.per == "group":
-                    self.writes.append((step_slots(target, target.shape[1]), get, self.agents[0]))
+                    targets.append((column.name, target, get, self.agents[0]))
                 else:
-                    self.writes += [
-                        (step_slots(target[:, :, j], target.shape[1]), get, agent)
+                    targets += [
+                        (column.name, target[:, :, j], get, agent)
                         for j, agent in enumerate(self.agents)
                     ]
+            self.plan_writes(targets)
         return self.packed(specs)
 
     def write_step(
@@ -265,6 +319,7 @@ class FragmentWriter(StagedWriter):
                     target[(*at, j)] = get(record, agent)
 
     def batch(self) -> Batch:
+        self.flush()
         for name, column in self.columns.items():
             column[...] = self.stage[name]
         return self.columns

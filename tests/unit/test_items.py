@@ -11,7 +11,7 @@ from hpcmarl.comm.packing import pack, views
 from hpcmarl.config.schema import EnvConfig
 from hpcmarl.envs import make_vector_env
 from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec
-from hpcmarl.items.writers import FragmentWriter, StepRecord, TransitionWriter
+from hpcmarl.items.writers import FragmentWriter, StepRecord, TransitionWriter, fill_runs
 from hpcmarl.testing.groups import group_of, job_with
 
 EARLY_EXIT = EnvConfig(kind="pettingzoo", id="hpcmarl.testing.early_exit")
@@ -169,3 +169,39 @@ def test_a_batch_keeps_its_values_while_the_writer_fills_the_next(kind: str) -> 
         for name in copy:
             np.testing.assert_array_equal(batch[name], copy[name])
     assert (kept[0]["policy_version"] == 3).all() and (kept[1]["policy_version"] == 4).all()
+
+
+def test_fill_runs_writes_each_step_its_own_value_across_every_env_copy() -> None:
+    target = np.zeros((2, 8), np.int64)  # [copy, step]
+    fill_runs(target, 2, [3, 3, 4, 4, 4])
+    assert target.tolist() == [[0, 0, 3, 3, 4, 4, 4, 0]] * 2
+
+
+@pytest.mark.parametrize("kind", ["transition", "fragment"])
+def test_versions_that_change_within_a_fragment_land_on_their_steps(kind: str) -> None:
+    # Versions are kept per step as Python ints and written a run of steps at a time
+    # (RUN_COLUMNS): new weights arrive at step 3, and a fragment cut short keeps its steps.
+    agents, agent_ids = ["quitter", "runner"], {"quitter": 0, "runner": 1}
+    if kind == "transition":
+        spec = DQN.item_spec(group_of(3, 2, agents=2), job_with())
+        writer: TransitionWriter | FragmentWriter = TransitionWriter(spec, agents, agent_ids, 2, 8)
+    else:
+        columns = (Column("actions", "<i8"), Column("policy_version", "<i8", per="group"))
+        writer = FragmentWriter(ItemSpec("fragment", columns, agents=2, length=8), agents, {}, 2, 8)
+    steps, versions = records(8), [3] * 3 + [4] * 5
+    for t, record in enumerate(steps):
+        record.versions = dict.fromkeys(agents, versions[t])
+        writer.add(record)
+        writer.advance()
+    batch = writer.batch()
+    if kind == "fragment":
+        assert batch["policy_version"].tolist() == [versions] * 2
+        return
+    kept = [
+        versions[t]
+        for agent in agents
+        for c in range(2)
+        for t in range(8)
+        if steps[t].step.active[agent][c]
+    ]
+    assert batch["policy_version"].tolist() == kept
