@@ -140,22 +140,28 @@ def test_a_groups_fragments_carry_its_own_version_not_a_frozen_opponents() -> No
     assert frozen.batch()["policy_version"].tolist() == [[1] * 4] * 2
 
 
+def two_agent_writer(kind: str) -> TransitionWriter | FragmentWriter:
+    """A writer of the early-exit env's two agents, 2 env copies, 8 steps a fragment: DQN's
+    transitions, or fragments with a group's weight version."""
+    agents, agent_ids = ["quitter", "runner"], {"quitter": 0, "runner": 1}
+    if kind == "transition":
+        spec = DQN.item_spec(group_of(3, 2, agents=2), job_with())
+        return TransitionWriter(spec, agents, agent_ids, 2, 8)
+    spec = ItemSpec(
+        "fragment",
+        (*fragment_spec().columns, Column("policy_version", "<i8", per="group")),
+        agents=2,
+        length=8,
+    )
+    return FragmentWriter(spec, agents, agent_ids, 2, 8)
+
+
 @pytest.mark.parametrize("kind", ["transition", "fragment"])
 def test_a_batch_keeps_its_values_while_the_writer_fills_the_next(kind: str) -> None:
     # The writers keep one stage for their life and copy it into each fragment's own buffer:
     # a batch in flight must not see the next fragment's steps.
-    agents, agent_ids = ["quitter", "runner"], {"quitter": 0, "runner": 1}
-    if kind == "transition":
-        spec = DQN.item_spec(group_of(3, 2, agents=2), job_with())
-        writer: TransitionWriter | FragmentWriter = TransitionWriter(spec, agents, agent_ids, 2, 8)
-    else:
-        spec = ItemSpec(
-            "fragment",
-            (*fragment_spec().columns, Column("policy_version", "<i8", per="group")),
-            agents=2,
-            length=8,
-        )
-        writer = FragmentWriter(spec, agents, agent_ids, 2, 8)
+    agents = ["quitter", "runner"]
+    writer = two_agent_writer(kind)
     batches, kept = [], []
     for fragment, version in enumerate((3, 4)):
         for record in records(8, seed=fragment, versions=dict.fromkeys(agents, version)):
@@ -181,13 +187,8 @@ def test_fill_runs_writes_each_step_its_own_value_across_every_env_copy() -> Non
 def test_versions_that_change_within_a_fragment_land_on_their_steps(kind: str) -> None:
     # Versions are kept per step as Python ints and written a run of steps at a time
     # (RUN_COLUMNS): new weights arrive at step 3, and a fragment cut short keeps its steps.
-    agents, agent_ids = ["quitter", "runner"], {"quitter": 0, "runner": 1}
-    if kind == "transition":
-        spec = DQN.item_spec(group_of(3, 2, agents=2), job_with())
-        writer: TransitionWriter | FragmentWriter = TransitionWriter(spec, agents, agent_ids, 2, 8)
-    else:
-        columns = (Column("actions", "<i8"), Column("policy_version", "<i8", per="group"))
-        writer = FragmentWriter(ItemSpec("fragment", columns, agents=2, length=8), agents, {}, 2, 8)
+    agents = ["quitter", "runner"]
+    writer = two_agent_writer(kind)
     steps, versions = records(8), [3] * 3 + [4] * 5
     for t, record in enumerate(steps):
         record.versions = dict.fromkeys(agents, versions[t])
