@@ -172,7 +172,12 @@ def commit_checkpoint(
 
 def _move_latest(pointer: Path, ckpt_id: str) -> None:
     """`latest` becomes a link to the checkpoint's directory (replacing a text file of an older
-    run's in one rename); a filesystem that has no symbolic links gets the text file."""
+    run's in one rename); a filesystem that has no symbolic links gets the text file. A copy
+    of the run directory made by a tool that follows links (Python's `shutil.copytree`,
+    `cp -L`, some archivers) holds `latest` as a second copy of a checkpoint's directory,
+    which no rename can replace: that copy goes first."""
+    if pointer.is_dir() and not pointer.is_symlink():
+        shutil.rmtree(pointer)
     try:
         link_atomic(pointer, ckpt_id)
     except OSError as err:

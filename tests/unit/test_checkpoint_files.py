@@ -110,6 +110,19 @@ def test_an_older_runs_text_pointer_is_read_and_becomes_a_link_at_the_next_commi
     ]  # no temporary link left beside it
 
 
+def test_a_copy_that_followed_the_link_commits_its_next_checkpoint(tmp_path: Path) -> None:
+    """shutil.copytree (like cp -L) copies `latest` as a directory: the next commit replaces
+    it with a link instead of failing with IsADirectoryError (a resumed copy once did)."""
+    take(tmp_path / "run")
+    copy = Path(shutil.copytree(tmp_path / "run", tmp_path / "copy"))
+    latest = copy / "checkpoints" / "latest"
+    assert latest.is_dir() and not latest.is_symlink()
+    assert resumed_id(copy) == ("000001", [])
+    take(copy)
+    assert latest.is_symlink() and latest_pointer(copy) == "000002"
+    assert resumed_id(copy) == ("000002", [])
+
+
 def test_leftover_temp_files_are_ignored_and_cleaned_at_the_next_commit(tmp_path: Path) -> None:
     take(tmp_path)
     ckpt_id, records = write_files(tmp_path)
