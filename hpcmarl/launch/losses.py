@@ -60,6 +60,14 @@ def lost_roles(topology: Topology, ranks: set[int]) -> list[str]:
     return [name for rank in sorted(ranks) for name in topology.roles_on(rank)]
 
 
+def survivable_rank(topology: Topology, fault_tolerance: str, rank: int) -> bool:
+    """Whether the other ranks go on without `rank`: it hosted only collectors and the run
+    tolerates their loss (its failure line must not read as the job's end)."""
+    return fault_tolerance == "collectors" and all(
+        topology.kind_of[name] in SURVIVABLE_KINDS for name in topology.roles_on(rank)
+    )
+
+
 def describe_ranks(topology: Topology, ranks: set[int]) -> str:
     """`rank 5 (collector1, collector6) on host hpc2`, for each lost rank."""
     parts = []

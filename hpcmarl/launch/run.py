@@ -48,6 +48,7 @@ from .losses import (
     RankLost,
     fault_tolerance_line,
     on_ranks_lost,
+    survivable_rank,
 )
 from .lost_rank import write_rank_map
 from .memory import Node, check_memory, gather_nodes, storage_line
@@ -266,7 +267,10 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
         if building and isinstance(err, UserError):
             refuse_on_rank(rank, err, comm)
             return UserError.exit_code
-        fail_rank(rank, current[0], err, plan.run_dir, comm)
+        tolerated = comm is not None and ulfm_enabled()
+        fault_tolerance = plan.cfg.runtime.fault_tolerance
+        survivable = tolerated and survivable_rank(plan.topology, fault_tolerance, rank)
+        fail_rank(rank, current[0], err, plan.run_dir, comm, survivable=survivable)
         return 1
 
 
@@ -369,13 +373,19 @@ def quiet_failure(err: BaseException, comm: Any) -> bool:
 
 
 def fail_rank(
-    rank: int, role: Role | None, err: BaseException, run_dir: str | None, comm: Any
+    rank: int,
+    role: Role | None,
+    err: BaseException,
+    run_dir: str | None,
+    comm: Any,
+    survivable: bool = False,
 ) -> None:
     """One line naming rank, role and cause; the traceback to a file; then end the world.
 
     Before the plan there is no run directory yet (it is created last): the traceback goes to
     the temporary directory then, never into the working directory. Once the run directory
-    exists, the next line names it, as at the end of every run."""
+    exists, the next line names it, as at the end of every run. A `survivable` rank (only
+    collectors, under fault tolerance) ends only itself: its line says the run goes on."""
     where = role.name if role is not None else "startup"
     if run_dir is None:
         name = f"hpcmarl-startup-{os.getpid()}-rank{rank}.traceback"
@@ -388,8 +398,16 @@ def fail_rank(
             traceback.print_exception(err, file=fh)
     except OSError:
         log = "(could not be written)"
-    line = f"hpcmarl: failed: rank {rank} ({where}): {type(err).__name__}: {err} [traceback: {log}]"
-    ending = [line] if run_dir is None else [line, run_dir_line(run_dir)]
+    cause = f"rank {rank} ({where}): {type(err).__name__}: {err} [traceback: {log}]"
+    if survivable:
+        ending = [
+            f"hpcmarl: lost: {cause}; the run goes on without this rank "
+            "(runtime.fault_tolerance=collectors)"
+        ]
+    else:
+        ending = [f"hpcmarl: failed: {cause}"]
+        if run_dir is not None:
+            ending.append(run_dir_line(run_dir))
     if not quiet_failure(err, comm):
         print(*ending, sep="\n", file=sys.stderr, flush=True)
     if comm is not None and ulfm_enabled():
