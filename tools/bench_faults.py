@@ -16,8 +16,10 @@ machine. Both run under fault tolerance: the kills are the only difference. Each
   cause `rank lost: ...`) and its steps are never counted, while what it inserted before is
   kept; at most the whole task (fragment_length x fragments_per_task x num_envs env steps) is
   lost per failed task. Its share of the run's env steps has a target of <= 1 %;
-- the final return (the run's last evaluation) against the fault-free runs' range of the same
-  algorithm (target: inside it), beside the random policy's return measured here;
+- the final return: the final policy's greedy return over `--final-episodes` episodes from the
+  same start states for every run (`python -m hpcmarl evaluate`'s, on the checkpoint written at
+  the end), against the fault-free runs' range of the same algorithm (target: inside it), beside
+  uniformly random play's on the same start states; the run's last in-run evaluation as well;
 - every run's exit code.
 
     .venv/bin/python tools/bench_faults.py [--algos dqn mappo] [--seeds 0 1 2] [--kills 1]
@@ -82,6 +84,9 @@ class Run:
     wall_s: float = 0.0
     env_steps: int = 0
     final_return: float | None = None
+    """The final policy's greedy return over the bench's own episodes."""
+    last_eval: float | None = None
+    random_return: float | None = None
     kills: list[Kill] = field(default_factory=list)
     rank_lost_rows: int = 0
     failed_tasks: int = 0
@@ -109,7 +114,7 @@ def job_args(algo: str, seed: int, collectors: int, steps: int, run_dir: Path) -
         "commander.stop_value=null",
         "commander.progress_interval_s=0.5",
         "commander.eval_interval_s=" + ("2" if algo == "dqn" else "8"),
-        "checkpoint.at_end=false",
+        "checkpoint.at_end=true",
         f"runtime.run_dir={run_dir}",
     ]
 
@@ -165,7 +170,9 @@ def collector_ranks(run_dir: Path, pids: dict[int, int]) -> dict[int, list[str]]
     return {}
 
 
-def one_run(algo: str, seed: int, collectors: int, steps: int, kills: int, run_dir: Path) -> Run:
+def one_run(
+    algo: str, seed: int, collectors: int, steps: int, kills: int, run_dir: Path, episodes: int
+) -> Run:
     """The job to its step budget, killing `kills` collector ranks on the way."""
     run = Run(algo, seed, faulty=kills > 0)
     rng = np.random.default_rng([seed, list(JOBS).index(algo), 33])
@@ -206,7 +213,13 @@ def one_run(algo: str, seed: int, collectors: int, steps: int, kills: int, run_d
         kill.detected_s = seen[0] - kill.at if seen else None
     rows = metrics_rows(run_dir)
     evals = [r for r in rows if r["kind"] == "eval"]
-    run.final_return = evals[-1]["return_mean"] if evals else None
+    run.last_eval = evals[-1]["return_mean"] if evals else None
+    if run.exit_code == 0 and episodes:
+        from hpcmarl.analysis.evaluate import evaluate_run
+
+        final = evaluate_run(run_dir, episodes, seed=10_000_000, random_baseline=True)
+        run.final_return = final["return_mean"]
+        run.random_return = final["random"]["return_mean"]
     ended = [r for r in rows if r["kind"] in ("finished", "progress")]
     run.env_steps = ended[-1]["env_steps"] if ended else 0
     run.rank_lost_rows = sum(r["kind"] == "rank_lost" for r in rows)
@@ -231,28 +244,6 @@ def kill_one(run: Run, run_dir: Path, rng: np.random.Generator, env_steps: int) 
     run.kills.append(Kill(rank, ranks[rank], env_steps, time.monotonic()))
 
 
-def random_return(algo: str, episodes: int, seed: int) -> float:
-    """Mean return (team return on simple_spread) of uniformly random actions."""
-    if algo == "mappo":
-        from bench_marl import random_team_return
-
-        return random_team_return(episodes, seed)[0]
-    import gymnasium as gym
-
-    env = gym.make("CartPole-v1")
-    env.action_space.seed(seed)
-    returns = []
-    for episode in range(episodes):
-        env.reset(seed=seed + episode)
-        total, done = 0.0, False
-        while not done:
-            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
-            total += float(reward)
-            done = terminated or truncated
-        returns.append(total)
-    return float(np.mean(returns))
-
-
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
@@ -271,14 +262,14 @@ def print_run(run: Run) -> None:
         f" {'not built' if run.faulty else '-':>10} {run.failed_tasks:>6}"
         f" {run.steps_lost_bound if run.faulty else '-':>8}"
         f" {fmt(100 * lost if run.faulty and lost is not None else None, '.2f'):>7}"
-        f" {fmt(run.final_return):>9}",
+        f" {fmt(run.last_eval):>9} {fmt(run.final_return):>9}",
         flush=True,
     )
     if run.exit_code != 0:
         print("  run failed; its output ends:\n  " + run.tail.replace("\n", "\n  "), flush=True)
 
 
-def summarise(algo: str, runs: list[Run], random: float) -> dict[str, Any]:
+def summarise(algo: str, runs: list[Run]) -> dict[str, Any]:
     free = [r for r in runs if not r.faulty]
     faulty = [r for r in runs if r.faulty]
     free_returns = [r.final_return for r in free if r.final_return is not None]
@@ -293,8 +284,10 @@ def summarise(algo: str, runs: list[Run], random: float) -> dict[str, Any]:
         and low <= r.final_return <= high
         for r in faulty
     ]
+    randoms = [r.random_return for r in runs if r.random_return is not None]
+    random = randoms[0] if randoms else None
     fig: dict[str, Any] = {
-        f"{algo}_random_return": round(random, 2),
+        f"{algo}_random_return": _round(random),
         f"{algo}_kills": killed,
         f"{algo}_detected": len(detections),
         f"{algo}_detection_s_median": round(statistics.median(detections), 3)
@@ -318,7 +311,7 @@ def summarise(algo: str, runs: list[Run], random: float) -> dict[str, Any]:
         f"{fmt(100 * max(shares) if shares else None)} % of a run's (bound, target <= 1 %); "
         f"final return of faulty runs {fig[f'{algo}_faulty_returns']} against fault-free "
         f"{fmt(low)} .. {fmt(high)}: {sum(inside)} of {len(faulty)} inside; random policy "
-        f"{random:.2f}",
+        f"{fmt(random)}",
         flush=True,
     )
     return fig
@@ -341,6 +334,12 @@ def main() -> None:
         action="store_true",
         help=f"a smoke run: seed 0, 3 collectors, budgets {QUICK_STEPS}",
     )
+    parser.add_argument(
+        "--final-episodes",
+        type=int,
+        default=50,
+        help="greedy episodes that judge each run's final policy (0: skip)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.seeds, args.collectors = args.seeds[:1], 3
@@ -350,17 +349,16 @@ def main() -> None:
     budgets = dict(zip(args.algos, args.steps or [defaults[a] for a in args.algos], strict=True))
 
     task = {algo: task_env_steps(algo) for algo in args.algos}
-    randoms = {algo: random_return(algo, 100, 0) for algo in args.algos}
     print(
         f"{args.collectors} collectors (one rank each, {OTHER_RANKS + args.collectors} ranks), "
         f"{args.kills} killed per faulty run (kill -9 between {KILL_WINDOW[0]:.0%} and "
         f"{KILL_WINDOW[1]:.0%} of the budget); budgets {budgets}; env steps per task {task}; "
-        f"random policy's return (100 episodes) { ({a: round(v, 2) for a, v in randoms.items()}) }"
+        f"final policies judged over {args.final_episodes} episodes"
     )
     print(
         f"{'algo':<6} {'seed':>4} {'run':>5} {'exit':>4} {'wall s':>7} {'env steps':>9}"
         f" {'killed at steps':>16} {'detect s':>12} {'replace s':>10} {'failed':>6}"
-        f" {'lost <=':>8} {'lost %':>7} {'final ret':>9}"
+        f" {'lost <=':>8} {'lost %':>7} {'last eval':>9} {'final ret':>9}"
     )
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="hpcmarl-bench-faults-") as tmp:
@@ -368,7 +366,15 @@ def main() -> None:
             for algo in args.algos:
                 for kills in (0, args.kills):  # fault-free, then faulty: alternating
                     run_dir = Path(tmp) / f"{algo}-{seed}-{'kill' if kills else 'free'}"
-                    run = one_run(algo, seed, args.collectors, budgets[algo], kills, run_dir)
+                    run = one_run(
+                        algo,
+                        seed,
+                        args.collectors,
+                        budgets[algo],
+                        kills,
+                        run_dir,
+                        args.final_episodes,
+                    )
                     runs.append(run)
                     print_run(run)
     print()
@@ -380,7 +386,7 @@ def main() -> None:
     }
     for algo in args.algos:
         figures[f"{algo}_steps"] = budgets[algo]
-        figures.update(summarise(algo, [r for r in runs if r.algo == algo], randoms[algo]))
+        figures.update(summarise(algo, [r for r in runs if r.algo == algo]))
     print(json.dumps(figures), flush=True)
 
 
