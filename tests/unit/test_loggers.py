@@ -41,12 +41,15 @@ BLOCK = 32768
 
 @pytest.fixture(scope="module")
 def logged_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[hpcmarl.Run]:
-    """A tiny CartPole DQN run in this process with every logger, progress every 0.1 s."""
+    """A tiny CartPole DQN run in this process with every logger, progress every 0.1 s for
+    4 s of training (a 600-step budget ended inside the first 0.1 s on an idle machine:
+    one progress step only)."""
     with pytest.MonkeyPatch.context() as env:
         for name in SETTINGS:
             env.delenv(name, raising=False)
         overrides = [*ALL, "learner.batch_size=16", "commander.progress_interval_s=0.1"]
-        overrides += ["collector.fragments_per_task=1", "commander.max_env_steps=600"]
+        overrides += ["collector.fragments_per_task=1", "commander.max_wall_time_s=4"]
+        overrides += ["commander.max_env_steps=1000000"]
         yield hpcmarl.train(TINY, overrides, run_dir=tmp_path_factory.mktemp("logged"))
 
 
