@@ -56,13 +56,15 @@ def no_illegal_action(result, run_dir: Path) -> None:
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [1, 5])
 def test_kuhn_self_play_runs_and_never_plays_an_illegal_action(tmp_path: Path, ranks: int) -> None:
-    """The job file as it is, to half its step budget (its 30,000 took 140 s of a loaded full
-    suite at `-n 5`): legality and the zero-sum returns show from the first evaluations."""
-    budget = "commander.max_env_steps=15000"
-    args = ["-m", "hpcmarl", "jobs/kuhn_dqn.yaml", budget, f"runtime.run_dir={tmp_path}"]
+    """The job file as it is, for 8 s of its training clock (its 30,000 steps took 140 s of a
+    loaded full suite at `-n 5`): legality and the zero-sum returns show from the first
+    evaluations. A step budget is no clock: an idle machine ran 15,000 steps in 2.1-2.4 s at
+    -n 1, and the stop came before the one evaluation due in that time finished, or began."""
+    budget = ["commander.max_wall_time_s=8", "commander.max_env_steps=10000000"]
+    args = ["-m", "hpcmarl", "jobs/kuhn_dqn.yaml", *budget, f"runtime.run_dir={tmp_path}"]
     result = run_mpi(ranks, args, timeout=180)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "step budget reached" in finished_line(result.stdout)
+    assert "wall-time limit reached" in finished_line(result.stdout)
     check_run_dir(tmp_path)
     no_illegal_action(result, tmp_path)
     evals = [r for r in metrics(tmp_path) if r["kind"] == "eval"]
