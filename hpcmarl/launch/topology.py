@@ -78,7 +78,8 @@ class Topology:
 
     def summary(self) -> str:
         """The wiring printed at start by default: one line per host naming its ranks and
-        roles when the ranks span several hosts, else one line per rank, then the notes; a
+        roles when the ranks span several hosts, else one line per rank and the host's, then
+        the notes; a
         job of many roles starts without pages of routes (`runtime.print_wiring: full`)."""
         lines = [
             f"hpcmarl: topology for {self.world_size} rank(s) (runtime.print_wiring=full "
@@ -86,8 +87,8 @@ class Topology:
         ]
         if len(set(self.hosts)) > 1:
             lines += self.host_lines(self.hosts)
-        else:
-            lines += self.rank_lines()
+        else:  # and the host's name, when known: which node a requeued run landed on
+            lines += self.rank_lines() + (self.host_lines(self.hosts) if self.hosts else [])
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 

@@ -32,6 +32,13 @@ def test_by_default_one_host_prints_a_line_per_rank_and_no_table() -> None:
     assert lines[1] == "  rank   0: commander, ps0, replay0"
 
 
+def test_by_default_one_known_host_prints_its_ranks_then_its_name() -> None:
+    """A run resumed on one node of a cluster says which node (tests/multihost resumes there)."""
+    lines = plan_on(["hpc2"] * 4, []).wiring_text().splitlines()
+    assert [line.split(":")[0] for line in lines[1:5]] == [f"  rank {r:>3}" for r in range(4)]
+    assert lines[5].startswith("  host hpc2: ranks 0-3 (commander, ")
+
+
 def test_by_default_two_hosts_print_a_line_per_host() -> None:
     plan = plan_on(["hpc1"] * 4 + ["hpc2"] * 4, [])
     lines = plan.wiring_text().splitlines()
