@@ -97,13 +97,16 @@ def write_rank_map(topology: Topology) -> None:
     `rank<TAB>host<TAB>role,role` per rank, written to a temporary name and renamed, so the
     launcher never reads half a map. Never fails the job: without a map the line it prints
     names the rank and Open MPI's node, not the roles."""
+    from .topology import name_spans  # roles as the wiring prints them (collector3-4)
+
     path = os.environ.get(RANK_MAP_ENV)
     if not path or not topology.hosts:
         return
     try:
         with open(f"{path}.tmp", "w") as fh:
             for rank, host in enumerate(topology.hosts):
-                fh.write(f"{rank}\t{host}\t{','.join(topology.roles_on(rank))}\n")
+                roles = ",".join(name_spans(topology.roles_on(rank)))
+                fh.write(f"{rank}\t{host}\t{roles}\n")
         os.replace(f"{path}.tmp", path)
     except OSError:
         pass

@@ -45,7 +45,8 @@ def test_the_default_job_runs_at_8_ranks_on_2_hosts(cluster: Cluster, tmp_path: 
 def test_kill_9_of_a_rank_on_host_2_ends_the_job_on_every_host(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    job = ClusterJob(2, 8, [*ENDLESS, f"runtime.run_dir={tmp_path}"])
+    wiring = "runtime.print_wiring=full"  # a line per rank, whose roles the failed line names
+    job = ClusterJob(2, 8, [*ENDLESS, wiring, f"runtime.run_dir={tmp_path}"])
     job.wait_for(progress_rows(tmp_path, 1), 150, "a progress row")
     on_host_2 = [rank for rank, host in rank_hosts(cluster, tmp_path).items() if host == "hpc2"]
     assert on_host_2, rank_hosts(cluster, tmp_path)
