@@ -107,8 +107,10 @@ def test_a_team_or_sequence_job_checkpoints_on_the_warning_and_resumes(
     """QMIX's episode tables and R2D2's prioritized sequences with their recurrent states
     through the cycle: Slurm's warning to the batch shell (what `--signal=B:USR1@N` sends, here
     once the learners train), a checkpoint, exit 75, a requeue, and a resumed run in the same
-    run directory that trains on to its budget."""
-    budget = ["commander.max_wall_time_s=20", "commander.max_env_steps=10000000", *QUICK]
+    run directory that trains on to its budget. The budget (training clock, which the resumed
+    run continues) is twice what a loaded node took to the first update: with 20 s, a QMIX run
+    whose learners began at 15 s was cut at 18.6 s and its resumed run ended before updating."""
+    budget = ["commander.max_wall_time_s=36", "commander.max_env_steps=10000000", *QUICK]
     job = submit(SMALL, budget, job_file=ROOT / "jobs" / job_file)
     job.wait(lambda j: updates_so_far(j.text()) > 0 or j.state in FINAL_STATES, 150, "training")
     subprocess.run(["scancel", "--batch", "--signal=USR1", job.id], check=True)
