@@ -531,6 +531,7 @@ def build_collector(
         log_writers=log_writers,
         score=score,
         eval_max_steps=eval_episode_cap(cfg, spec),
+        stop_grace_s=cfg.runtime.shutdown_timeout_s / 2,
     )
 
 

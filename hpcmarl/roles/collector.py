@@ -15,6 +15,7 @@ back; a task that names versions waits for them before its first step.
 from __future__ import annotations
 
 import functools
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +59,7 @@ class Collector(Role):
         log_writers: dict[str, ItemWriter] | None = None,
         score: Callable[[list[list[Actor]], list[list[float]]], dict[str, float]] | None = None,
         eval_max_steps: int = 10_000,
+        stop_grace_s: float = 10.0,
     ) -> None:
         super().__init__(name, transport)
         self.env, self.writers, self.shards, self.servers = env, writers, shards, servers
@@ -69,6 +71,10 @@ class Collector(Role):
         """Exploitability of a meta-strategy over populations of actors (PSRO jobs)."""
         self.eval_max_steps = eval_max_steps
         """Steps after which an evaluation episode is cut (`Evaluation`)."""
+        self.stop_grace_s = stop_grace_s
+        """Seconds an evaluation in hand may go on after a budget's stop (`handle_stop`)."""
+        self.stop_held: tuple[Message, float] | None = None
+        """A stop that waits for the evaluation in hand, and when it arrived."""
         self.all_writers = [*writers.values(), *self.log_writers.values()]
         self.env_failures = 0
         self.unacked = 0
@@ -369,6 +375,10 @@ class Collector(Role):
     def evaluate(self) -> bool:
         """Greedy episodes on a separate env, after the pulls asked for at task start landed."""
         assert self.evaluation is not None and self.task is not None
+        if self.stop_held is not None and time.monotonic() - self.stop_held[1] > self.stop_grace_s:
+            self.evaluation = None
+            super().handle_stop(self.stop_held[0])  # too long: the run's end goes first
+            return True
         if self.pulling or not self.weights_ready():
             return False
         if not self.evaluation.step():
@@ -379,7 +389,19 @@ class Collector(Role):
             stats = self.evaluation.summary()
             self.report_done(eval=stats | {"versions": dict(self.versions)})
         self.evaluation = None
+        if self.stop_held is not None:
+            super().handle_stop(self.stop_held[0])
         return True
+
+    def handle_stop(self, msg: Message) -> None:
+        """A run that ends by its budget lets the evaluation in hand finish (for up to
+        `stop_grace_s`): it is often the one the user reads, the return the run ended with.
+        An interrupted or failed run (a non-zero exit code) stops at once."""
+        kind = self.task["kind"] if self.task is not None else None
+        if self.evaluation is not None and kind == "eval" and not msg.meta.get("exit_code", 0):
+            self.stop_held = (msg, time.monotonic())
+            return
+        super().handle_stop(msg)
 
     def score_exploitability(self) -> bool:
         """PSRO: the meta-strategy's exploitability, once every population member's final
