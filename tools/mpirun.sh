@@ -29,6 +29,26 @@ fi
 # .venv-mpich for the MPICH wheel (tools/setup.sh --mpi mpich); .venv-site for a site MPI, whose
 # bin/mpirun tools/setup.sh --mpi site points at the launcher of the MPI that built its mpi4py.
 venv=${HPCMARL_VENV:-$root/.venv}
+python="$venv/bin/python"
+[ -x "$python" ] || python=$(command -v python3 || true)
+
+# Whether the hpcmarl job of this command line asks for fault tolerance: resolved by hpcmarl's
+# own loader (hpcmarl/launch/launcher_options.py), asked only when an argument or a job file
+# mentions the key, so that other starts pay nothing.
+wants_fault_tolerance() {
+  [[ " $* " == *" -m hpcmarl "* ]] && [ -n "$python" ] || return 1
+  local arg mentioned=false
+  for arg in "$@"; do
+    case $arg in
+      *fault_tolerance=*) mentioned=true ;;
+      *.yaml | *.yml) ! grep -qs fault_tolerance "$arg" || mentioned=true ;;
+      *) [ ! -f "$arg/config.yaml" ] || ! grep -qs "fault_tolerance: collectors" "$arg/config.yaml" \
+        || mentioned=true ;;
+    esac
+  done
+  $mentioned && [ "$("$python" "$root/hpcmarl/launch/launcher_options.py" fault-tolerance "$@" \
+    2>/dev/null)" = collectors ]
+}
 mpirun="$venv/bin/mpirun"
 [ -x "$mpirun" ] || mpirun=$(command -v mpirun)
 extra=()
@@ -43,10 +63,10 @@ if "$mpirun" --version 2>&1 | grep -q "Open MPI"; then
   if [ "$(id -u)" = 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   fi
-  # runtime.fault_tolerance=collectors on the command line (or HPCMARL_FAULT_TOLERANCE):
-  # Open MPI's fault tolerance, so that a collector's rank may die without ending the job.
-  if [[ " $* " == *" runtime.fault_tolerance=collectors "* ]] \
-    || [ "${HPCMARL_FAULT_TOLERANCE:-}" = collectors ]; then
+  # A job with runtime.fault_tolerance=collectors (in its job file, a resumed run's job or on
+  # the command line; or HPCMARL_FAULT_TOLERANCE=collectors): Open MPI's fault tolerance, so
+  # that a collector's rank may die without ending the job.
+  if [ "${HPCMARL_FAULT_TOLERANCE:-}" = collectors ] || wants_fault_tolerance "$@"; then
     extra+=(--with-ft ulfm)
   fi
 fi
@@ -71,8 +91,6 @@ relay_as_is() { kill -"$1" "$pid" 2>/dev/null || true; }
 
 # mpirun's stderr through the watch (above), with the rank map beside its report; no watch
 # where there is no python, no temporary folder or no FIFO: then mpirun writes to stderr.
-python="$venv/bin/python"
-[ -x "$python" ] || python=$(command -v python3 || true)
 watch_dir=$(mktemp -d "${TMPDIR:-/tmp}/hpcmarl-mpirun.XXXXXXXX" 2>/dev/null || true)
 stderr_fifo=""
 if [ -n "$python" ] && [ -n "$watch_dir" ] && mkfifo "$watch_dir/stderr" 2>/dev/null; then

@@ -339,7 +339,8 @@ class RuntimeConfig:
     """What a run survives: none ends the job when any rank dies (then resume from the newest
     checkpoint); collectors goes on without a rank that hosted collectors only, releasing its
     task and shrinking the collector task space. It needs Open MPI's fault tolerance, which
-    `tools/mpirun.sh` turns on (`mpirun --with-ft ulfm`) when the command line sets this key;
+    `tools/mpirun.sh` (and so `slurm/train.sh`) turns on (`mpirun --with-ft ulfm`) for a job
+    that sets this key, in its job file or on the command line;
     elsewhere (MPICH, `srun`, mpirun without it) the job fails fast and says so at start."""
     stall_timeout_s: float | None = 300.0
     """A run whose env steps and learner updates both stay still this long (every role alive,

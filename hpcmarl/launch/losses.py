@@ -50,7 +50,7 @@ def fault_tolerance_line(cfg: JobConfig, under_mpi: bool) -> str:
         )
     return (
         "hpcmarl: fault tolerance: off, so any lost rank ends the job: it needs Open MPI "
-        "started with --with-ft ulfm (tools/mpirun.sh passes it when the command line sets "
+        "started with --with-ft ulfm (tools/mpirun.sh passes it to a job that sets "
         "runtime.fault_tolerance=collectors); MPICH and srun always fail fast"
     )
 
