@@ -161,7 +161,20 @@ class NetworkAlgorithm(Algorithm):
         self.load_extra_state(extra)
 
     def tensor(self, batch: Batch, key: str, dtype: torch.dtype) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(batch[key]), dtype=dtype, device=self.device)
+        return on_device(batch[key], self.device, dtype)
+
+
+def on_device(
+    array: np.ndarray, device: torch.device | None, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """`array` as a tensor of `dtype` on `device`, moved in the dtype it is stored in and cast
+    there: uint8 observations (image spaces, `GroupSpec.obs_dtype`) cross to an accelerator at a
+    quarter of float32's bytes. `dtype` None keeps the stored dtype, except that uint8 becomes
+    float32 (what every network reads; the `cnn` torso then scales it to [0, 1])."""
+    tensor = torch.as_tensor(np.asarray(array), device=device)
+    if dtype is None:
+        dtype = torch.float32 if tensor.dtype == torch.uint8 else tensor.dtype
+    return tensor.to(dtype)
 
 
 def _np(value: torch.Tensor | float | int) -> np.ndarray:

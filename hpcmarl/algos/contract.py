@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from hpcmarl.items.spec import ItemSpec
+from hpcmarl.items.spec import ItemSpec, obs_dtype
 
 Batch = dict[str, np.ndarray]
 
@@ -155,6 +155,12 @@ class GroupSpec:
 
     def agents_of(self, policy: str) -> list[str]:
         return [a for a in self.agents if self.policy_of[a] == policy]
+
+    @property
+    def obs_dtype(self) -> str:
+        """The dtype items keep observations in: `|u1` where every agent of the group observes
+        a uint8 Box (images), else `<f4` (`items.spec.obs_dtype`)."""
+        return obs_dtype(self.obs_spaces.get(a) for a in self.agents)
 
     def dims(self, policy: str) -> tuple[int, int]:
         """(observation width, action count) of a policy's agents."""

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hpcmarl.algos.base import NetworkAlgorithm
+from hpcmarl.algos.base import NetworkAlgorithm, on_device
 from hpcmarl.algos.contract import (
     Batch,
     GroupSpec,
@@ -57,14 +57,14 @@ def fragment_item(group: GroupSpec, job: Any) -> ItemSpec:
     """A fragment of the group's agents; the critic's inputs decide what else it holds."""
     ppo = job.learner.ppo
     obs_dim, n_actions = group.dims(group.policies[0])
-    columns = fragment_columns(obs_dim)
+    columns = fragment_columns(obs_dim, group.obs_dtype)
     if ppo.critic == "central":
         columns += [
             Column("state", "<f4", (group.state_dim,), per="group"),
             Column("next_state", "<f4", (group.state_dim,), per="group"),
         ]
     else:
-        columns.append(Column("next_observations", "<f4", (obs_dim,)))
+        columns.append(Column("next_observations", group.obs_dtype, (obs_dim,)))
     if group.action_masks:
         columns.append(Column("action_masks", "|b1", (n_actions,)))
     replay = ReplaySpec("fifo", max_policy_lag=ppo.max_policy_lag)
@@ -335,7 +335,9 @@ class PPO(NetworkAlgorithm):
         return log_probs, entropy
 
     def as_tensor(self, array: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(np.ascontiguousarray(array), device=self.device)
+        """`array` on the learner's device; uint8 observations move as uint8 and are cast to
+        float32 there (`base.on_device`)."""
+        return on_device(np.ascontiguousarray(array), self.device)
 
     # -- resume -----------------------------------------------------------------------------
     def extra_state(self) -> dict[str, np.ndarray]:

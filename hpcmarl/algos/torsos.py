@@ -7,11 +7,13 @@ observations), or `module:function`, a user's factory called as
 batch of observations `[B, *observation_space.shape]` (float32) to features `[B, F]`. The
 algorithms add their heads on top (Q-values, logits, values, a recurrent core).
 
-Collectors and replay store each observation as one flat float32 row, so a torso network
-(`Torso`) reshapes the rows to the space's shape before the torso and appends a one-hot agent
-index, where the policy has one, to the features. The factory's name, its keyword arguments and
-the observation space travel in the policy's spec (`contract.TorsoSpec`), so every rank,
-checkpoint reader and evaluator rebuilds the same network (`networks.policy_network`).
+Collectors and replay store each observation as one flat row (float32, or uint8 for a uint8
+Box: `GroupSpec.obs_dtype`; learners cast it to float32 on their device, `base.on_device`), so
+a torso network (`Torso`) reshapes the rows to the space's shape before the torso and appends a
+one-hot agent index, where the policy has one, to the features. The factory's name, its
+keyword arguments and the observation space travel in the policy's spec (`contract.TorsoSpec`),
+so every rank, checkpoint reader and evaluator rebuilds the same network
+(`networks.policy_network`).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hpcmarl.algos.base import NetworkAlgorithm
+from hpcmarl.algos.base import NetworkAlgorithm, on_device
 from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec, UpdateSteps
 from hpcmarl.algos.masking import masked_argmax
 from hpcmarl.algos.networks import RecurrentQNet, policy_layout, policy_network
@@ -50,11 +50,12 @@ def team_columns(group: GroupSpec, extra: list[Column]) -> tuple[Column, ...]:
     sequences): the transition columns per agent, who was `active`, which steps are `filled`,
     the algorithm's `extra` columns, and the legal-action masks when the env has them."""
     obs_dim, n_actions = group.dims(group.policies[0])
+    obs = group.obs_dtype
     columns = [
-        Column("observations", "<f4", (obs_dim,)),
+        Column("observations", obs, (obs_dim,)),
         Column("actions", "<i8"),
         Column("rewards", "<f4"),
-        Column("next_observations", "<f4", (obs_dim,)),
+        Column("next_observations", obs, (obs_dim,)),
         Column("terminations", "|b1"),
         Column("truncations", "|b1"),
         Column("active", "|b1"),
@@ -315,16 +316,17 @@ _FLAGS = {"terminations", "truncations", "active", "filled"}
 
 
 def tensors_of(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
-    """The batch's columns a recurrent Q-learner reads, as tensors: values and flags as
-    float32, actions as int64, masks as bool, stored recurrent states as float32."""
+    """The batch's columns a recurrent Q-learner reads, as tensors cast on `device` (uint8
+    observations move as uint8): values and flags as float32, actions as int64, masks as bool,
+    stored recurrent states as float32."""
     out: dict[str, torch.Tensor] = {}
     for name, array in batch.items():
         if name in _FLOATS or name in _FLAGS or name == "recurrent_state":
-            out[name] = torch.as_tensor(np.asarray(array), dtype=torch.float32, device=device)
+            out[name] = on_device(array, device, torch.float32)
         elif name == "actions":
-            out[name] = torch.as_tensor(np.asarray(array), dtype=torch.int64, device=device)
+            out[name] = on_device(array, device, torch.int64)
         elif name.endswith("action_masks"):
-            out[name] = torch.as_tensor(np.asarray(array), dtype=torch.bool, device=device)
+            out[name] = on_device(array, device, torch.bool)
     return out
 
 

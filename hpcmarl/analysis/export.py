@@ -102,8 +102,17 @@ def _runs(key: np.ndarray) -> Iterator[tuple[int, int]]:
     return zip(starts.tolist(), [*starts[1:].tolist(), len(key)], strict=True)
 
 
-def _box(dim: int) -> dict[str, Any]:
-    """Minari's serialised unbounded float32 Box of `dim` values."""
+def _box(dim: int, dtype: np.dtype | None = None) -> dict[str, Any]:
+    """Minari's serialised Box of `dim` values: unbounded float32, or uint8 from 0 to 255
+    where the rows are stored as uint8 (image observations)."""
+    if dtype == np.uint8:
+        return {
+            "type": "Box",
+            "dtype": "uint8",
+            "shape": [dim],
+            "low": [0] * dim,
+            "high": [255] * dim,
+        }
     inf = [float("inf")] * dim
     return {
         "type": "Box",
@@ -200,6 +209,7 @@ class MinariWriter:
         self.count = self.steps = self.cut = 0
         self.max_action = -1
         self.obs_dim = 0
+        self.obs_dtype: np.dtype | None = None
 
     def write(self, rows: Iterable[Columns], target: Path) -> dict[str, Any]:
         tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
@@ -227,6 +237,7 @@ class MinariWriter:
         if not len(cols["rewards"]):
             return
         self.obs_dim = cols["observations"].shape[1]
+        self.obs_dtype = cols["observations"].dtype
         self.max_action = max(self.max_action, int(cols["actions"].max()))
         episode = cols["episode_id"]
         for a, b in _runs(episode):
@@ -273,7 +284,7 @@ class MinariWriter:
             "total_episodes": self.count,
             "total_steps": self.steps,
             "data_format": "hdf5",
-            "observation_space": json.dumps(_box(self.obs_dim)),
+            "observation_space": json.dumps(_box(self.obs_dim, self.obs_dtype)),
             "action_space": json.dumps(_discrete(self.source, agent, self.max_action)),
             "minari_version": MINARI_FORMAT_VERSION,
             "algorithm_name": "hpcmarl",
@@ -343,6 +354,7 @@ class TeamMinariWriter(MinariWriter):
         self.done_agents: dict[int, dict[int, dict[str, np.ndarray]]] = {}
         self.max_actions = [-1] * len(self.agents)
         self.obs_dims = [0] * len(self.agents)
+        self.obs_dtypes: dict[int, np.dtype] = {}
 
     def _add(self, f: h5py.File, cols: dict[str, np.ndarray]) -> None:
         if not len(cols["rewards"]):
@@ -359,6 +371,7 @@ class TeamMinariWriter(MinariWriter):
         if episode in self.finished or k in self.done_agents.get(episode, {}):
             return  # padding after the agent's (or the team's) episode ended
         self.obs_dims[k] = run["observations"].shape[1]
+        self.obs_dtypes[k] = run["observations"].dtype
         self.max_actions[k] = max(self.max_actions[k], int(run["actions"].max()))
         held = self.team_open.setdefault(episode, {}).setdefault(k, _Held())
         held.add(run)
@@ -410,7 +423,10 @@ class TeamMinariWriter(MinariWriter):
         self.steps += steps
 
     def _metadata(self) -> dict[str, Any]:
-        obs = {name: _box(self.obs_dims[k]) for k, name in enumerate(self.agents)}
+        obs = {
+            name: _box(self.obs_dims[k], self.obs_dtypes.get(k))
+            for k, name in enumerate(self.agents)
+        }
         act = {
             name: _discrete(self.source, name, self.max_actions[k])
             for k, name in enumerate(self.agents)

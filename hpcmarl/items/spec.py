@@ -29,6 +29,18 @@ ITEM_KINDS = ("transition", "fragment", "sequence", "episode")
 SELECTORS = ("uniform", "prioritized", "fifo")
 """How a shard picks items to serve: with replacement (uniform, prioritized) or each once."""
 PER = ("agent", "group")
+OBS_DTYPES = {"uint8": "|u1"}
+"""Observation spaces whose values items keep in their own dtype (a uint8 Box: images at a
+quarter of float32's bytes in items, tables, checkpoints, replay files and messages); every
+other space is stored as float32 rows. Networks cast on their device (`algos.base.on_device`)."""
+
+
+def obs_dtype(spaces: Any) -> str:
+    """The dtype of the `observations` columns for agents with these observation spaces (as
+    JSON, `algos.torsos.space_json`): `|u1` where every one is a uint8 Box, else `<f4` (also for
+    none known)."""
+    kinds = {OBS_DTYPES.get(str(space.get("dtype")), "<f4") if space else "<f4" for space in spaces}
+    return kinds.pop() if len(kinds) == 1 else "<f4"
 
 
 @dataclass(frozen=True)
@@ -178,13 +190,14 @@ class ItemSpec:
         return ItemSpec(self.kind, columns, self.agents, self.length, self.replay)
 
 
-def fragment_columns(obs_dim: int) -> list[Column]:
+def fragment_columns(obs_dim: int, obs: str = "<f4") -> list[Column]:
     """What every on-policy fragment holds, whatever trains on it (PPO, a user's algorithm):
     each agent's observation, its action and the log-probability the categorical actor sampled
     it with, what followed, and where in its episode the group was. An algorithm adds its own
-    (a critic's inputs, legal-action masks)."""
+    (a critic's inputs, legal-action masks). `obs` is the observations' dtype
+    (`GroupSpec.obs_dtype`)."""
     return [
-        Column("observations", "<f4", (obs_dim,)),
+        Column("observations", obs, (obs_dim,)),
         Column("actions", "<i8"),
         Column("log_probs", "<f4"),
         Column("rewards", "<f4"),

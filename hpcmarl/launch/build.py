@@ -576,4 +576,12 @@ def replay_log_for(cfg: JobConfig, spec: EnvSpec, name: str) -> Any:
         env_id=cfg.env.id,
         flush_every=cfg.replay_log.flush_every_fragments,
         meta=meta,
+        obs_dtypes=obs_dtypes(spec),
     )
+
+
+def obs_dtypes(spec: EnvSpec) -> dict[str, str]:
+    """agent -> the dtype its training group's items keep observations in (`|u1` for image
+    spaces), which is what its rows in replay files hold."""
+    groups = (spec.group_spec(g, "") for g in spec.training_groups())
+    return {a: group.obs_dtype for group in groups for a in group.agents}

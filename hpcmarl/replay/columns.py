@@ -6,13 +6,14 @@ from __future__ import annotations
 from hpcmarl.items.spec import Column
 
 
-def transition_columns(obs_dim: int) -> tuple[Column, ...]:
-    """One agent's step: what DQN and BC learn from, and what replay logs hold."""
+def transition_columns(obs_dim: int, obs: str = "<f4") -> tuple[Column, ...]:
+    """One agent's step: what DQN and BC learn from, and what replay logs hold; `obs` is the
+    observations' dtype (`GroupSpec.obs_dtype`: uint8 for image spaces)."""
     return (
-        Column("observations", "<f4", (obs_dim,)),
+        Column("observations", obs, (obs_dim,)),
         Column("actions", "<i8"),
         Column("rewards", "<f4"),
-        Column("next_observations", "<f4", (obs_dim,)),
+        Column("next_observations", obs, (obs_dim,)),
         Column("terminations", "|b1"),
         Column("truncations", "|b1"),
         Column("agent_id", "<i2"),

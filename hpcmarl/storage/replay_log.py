@@ -56,6 +56,7 @@ class ReplayLogWriter:
         env_id: str,
         flush_every: int,
         meta: dict[str, Any],
+        obs_dtypes: Mapping[str, str] | None = None,
     ) -> None:
         if flush_every < 1:
             raise ValueError(f"flush_every must be >= 1, got {flush_every}")
@@ -69,7 +70,7 @@ class ReplayLogWriter:
         self._pending: dict[int, list[dict[str, np.ndarray]]] = {k: [] for k in range(len(agents))}
         self._stamps: list[tuple[float, np.ndarray]] = []
         self._columns: dict[int, dict[str, h5py.Dataset]] = {}
-        attrs = log_attrs(self.agents, policy_of, obs_dims, n_actions, env_id)
+        attrs = log_attrs(self.agents, policy_of, obs_dims, n_actions, env_id, obs_dtypes)
         session = {"opened": time.time(), "meta": meta}
         file = self._reopen(attrs, session) if self.path.exists() else None
         self._file: h5py.File | None = file or self._create(attrs, session)
@@ -217,17 +218,15 @@ def log_attrs(
     obs_dims: dict[str, int],
     n_actions: dict[str, int],
     env_id: str,
+    obs_dtypes: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The root attributes that describe the data, as JSON strings any HDF5 tool can show.
 
-    Spaces use Minari's serialisation: observations are flat float32 boxes (the collector
-    flattens them), actions discrete.
+    Spaces use Minari's serialisation: observations are flat boxes (the collector flattens
+    them) of float32, or of uint8 from 0 to 255 for agents whose `obs_dtypes` is `|u1` (image
+    spaces: the rows are stored as uint8), actions discrete.
     """
-    inf = float("inf")
-    obs = {
-        a: {"type": "Box", "dtype": "float32", "shape": [obs_dims[a]], "low": -inf, "high": inf}
-        for a in agents
-    }
+    obs = {a: _obs_box(obs_dims[a], (obs_dtypes or {}).get(a, "<f4")) for a in agents}
     act = {a: {"type": "Discrete", "dtype": "int64", "start": 0, "n": n_actions[a]} for a in agents}
     return {
         "agents": json.dumps(agents),
@@ -236,6 +235,13 @@ def log_attrs(
         "action_spaces": json.dumps(act),
         "env_id": env_id,
     }
+
+
+def _obs_box(width: int, dtype: str) -> dict[str, Any]:
+    if np.dtype(dtype) == np.uint8:
+        return {"type": "Box", "dtype": "uint8", "shape": [width], "low": 0, "high": 255}
+    inf = float("inf")
+    return {"type": "Box", "dtype": "float32", "shape": [width], "low": -inf, "high": inf}
 
 
 def _stamp(group: h5py.Group, kind: str) -> None:

@@ -1,0 +1,124 @@
+"""Image observations (a uint8 Box) are kept as uint8 from the collector's items to the
+replay table, its checkpoint and the replay files, and cast to float32 only at the network's
+input on the learner's device; float32 spaces keep the item specs older runs wrote.
+
+The run is a tiny DQN job with the `cnn` torso on `user_nets`' 12x12x3 image env, in this
+process (a few seconds), resumed once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import gymnasium
+import h5py
+import numpy as np
+import torch
+
+import hpcmarl
+from hpcmarl.__main__ import main as hpcmarl_main
+from hpcmarl.algos.base import on_device
+from hpcmarl.algos.dqn import DQN
+from hpcmarl.algos.ppo import PPO
+from hpcmarl.algos.r2d2 import R2D2
+from hpcmarl.algos.torsos import space_json
+from hpcmarl.algos.value_decomposition import ValueDecomposition
+from hpcmarl.items.spec import obs_dtype
+from hpcmarl.replay.columns import transition_columns
+from hpcmarl.testing.groups import group_of, job_with
+
+from . import user_nets
+from .conftest import TINY
+from .test_torsos import SHORT, SMALL_CNN, image_group
+
+WIDTH = math.prod(user_nets.IMAGE_SHAPE)
+IMAGES = [
+    f"env.id=tests.unit.user_nets:{user_nets.IMAGE_ENV}",
+    "learner.model.torso=cnn",
+    f"learner.model.kwargs={SMALL_CNN}",
+    "replay_log.enabled=true",
+    *SHORT,
+]
+CARTPOLE_COLUMNS = [
+    ["observations", "<f4", [4], "agent"],
+    ["actions", "<i8", [], "agent"],
+    ["rewards", "<f4", [], "agent"],
+    ["next_observations", "<f4", [4], "agent"],
+    ["terminations", "|b1", [], "agent"],
+    ["truncations", "|b1", [], "agent"],
+    ["agent_id", "<i2", [], "agent"],
+    ["episode_id", "<i8", [], "group"],
+    ["step", "<i4", [], "group"],
+    ["policy_version", "<i8", [], "agent"],
+]
+"""DQN's transition columns for CartPole as runs before uint8 storage wrote them."""
+
+
+def replay_columns(run_dir: Path) -> dict[str, np.ndarray]:
+    """The replay table's columns in the run's newest checkpoint, read into memory."""
+    with h5py.File(run_dir / "checkpoints" / "latest" / "replay0.h5", "r") as f:
+        group = f["tables/shared/column"]
+        return {name: group[name][()] for name in group}
+
+
+def row_bytes(columns: dict[str, np.ndarray]) -> int:
+    return sum(a.nbytes // len(a) for a in columns.values())
+
+
+def test_dqn_keeps_images_as_uint8_in_its_table_checkpoint_and_replay_file(
+    tmp_path: Path,
+) -> None:
+    trained = hpcmarl.train(TINY, IMAGES, run_dir=tmp_path / "run")
+    assert trained.final["updates"] >= 20
+    table = replay_columns(trained.run_dir)
+    for name in ("observations", "next_observations"):
+        assert table[name].dtype == np.uint8 and table[name].shape[1:] == (WIDTH,)
+    assert table["observations"].max() == 255  # the env's bright square, not scaled
+    columns = transition_columns(WIDTH)  # as float32 rows, the storage before
+    as_float = sum(np.dtype(c.dtype).itemsize * math.prod(c.shape) for c in columns)
+    assert row_bytes(table) == 900 and as_float == 3492  # 2 x 432 pixels + 36 B of bookkeeping
+    with h5py.File(trained.run_dir / "replay" / "collector0.h5", "r") as f:
+        assert f["agents/agent_0/observations"].dtype == np.uint8
+        space = json.loads(f.attrs["observation_spaces"])["agent_0"]
+        assert space == {"type": "Box", "dtype": "uint8", "shape": [WIDTH], "low": 0, "high": 255}
+    out = tmp_path / "minari"
+    log = trained.run_dir / "replay" / "collector0.h5"
+    assert hpcmarl_main(["export", str(log), "--format", "minari", "--out", str(out)]) == 0
+    with h5py.File(out / "data" / "main_data.hdf5", "r") as f:
+        assert json.loads(f.attrs["observation_space"])["dtype"] == "uint8"
+        assert f["episode_0/observations"].dtype == np.uint8
+
+    resumed = hpcmarl.train(TINY, [*IMAGES, "commander.max_updates=30"], trained.run_dir)
+    assert resumed.final["updates"] >= 30
+    again = replay_columns(trained.run_dir)
+    assert again["observations"].dtype == np.uint8 and len(again["step"]) > len(table["step"])
+
+
+def test_float_spaces_keep_their_specs_and_image_spaces_get_uint8_items() -> None:
+    job = job_with(hidden_sizes=[8])
+    box = gymnasium.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    cartpole = group_of(4, 2)
+    cartpole = type(cartpole)(**{**vars(cartpole), "obs_spaces": {"a0": space_json(box, 4)}})
+    assert json.loads(DQN.item_spec(cartpole, job).to_json())["columns"] == CARTPOLE_COLUMNS
+    assert DQN.item_spec(group_of(4, 2), job) == DQN.item_spec(cartpole, job)
+    images = image_group(agents=2)
+    for algo in (DQN, PPO, ValueDecomposition, R2D2):
+        spec = algo.item_spec(images, job)
+        assert spec.column("observations").dtype == "|u1", algo
+        assert algo.item_spec(cartpole, job).column("observations").dtype == "<f4", algo
+    image = images.obs_spaces["a0"]
+    assert obs_dtype([image, image]) == "|u1"
+    assert obs_dtype([image, space_json(box, 4)]) == "<f4"  # one group, one dtype
+    assert obs_dtype([None]) == obs_dtype([]) == "<f4"
+
+
+def test_uint8_rows_reach_the_network_as_float32_of_the_same_values() -> None:
+    pixels = np.arange(256, dtype=np.uint8).reshape(4, 64)
+    moved = on_device(pixels, torch.device("cpu"))
+    assert moved.dtype == torch.float32 and torch.equal(moved, torch.arange(256.0).reshape(4, 64))
+    floats = np.ones((3, 2), np.float32)
+    kept = on_device(floats, torch.device("cpu"))
+    assert kept.dtype == torch.float32 and kept.data_ptr() == floats.ctypes.data  # no copy
+    assert on_device(pixels, None, torch.int64).dtype == torch.int64
