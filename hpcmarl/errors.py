@@ -37,3 +37,14 @@ class EnvOutputError(EnvError):
     """An env step that returned what training cannot use (a NaN or None reward, an observation
     of the wrong shape): not a passing failure to retry, so the job ends at once, naming the
     env, the agent, the step and the field."""
+
+
+class ReportedFailure(RuntimeError):
+    """A failure one role reported to the commander, which ends the job for it: the failure
+    line names the reporting rank and role, and its traceback goes to that rank's file, as if
+    the role had failed there (the report got through first, so the run records it)."""
+
+    def __init__(self, rank: int, role: str, cause: str, traceback_text: str) -> None:
+        self.rank, self.role, self.cause = rank, role, cause
+        self.traceback_text = traceback_text
+        super().__init__(cause)

@@ -25,7 +25,7 @@ from ..comm.transport import LocalTransport, MpiTransport
 from ..config.loader import JobSource, job_from_dict, job_to_dict, load_job
 from ..config.schema import JobConfig
 from ..core import Role
-from ..errors import UserError
+from ..errors import ReportedFailure, UserError
 from ..loggers import check_loggers
 from ..metrics import run_dir_line
 from ..replay.offline import plan_offline
@@ -385,20 +385,27 @@ def fail_rank(
     Before the plan there is no run directory yet (it is created last): the traceback goes to
     the temporary directory then, never into the working directory. Once the run directory
     exists, the next line names it, as at the end of every run. A `survivable` rank (only
-    collectors, under fault tolerance) ends only itself: its line says the run goes on."""
-    where = role.name if role is not None else "startup"
+    collectors, under fault tolerance) ends only itself: its line says the run goes on. A
+    failure another role reported here (`ReportedFailure`) is named as that role's own."""
+    where, named, what = role.name if role is not None else "startup", rank, ""
+    if isinstance(err, ReportedFailure):
+        where, named, what = err.role, err.rank, err.cause
     if run_dir is None:
         name = f"hpcmarl-startup-{os.getpid()}-rank{rank}.traceback"
         log = os.path.join(tempfile.gettempdir(), name)
     else:
-        log = os.path.join(run_dir, "logs", f"rank{rank}.traceback")
+        log = os.path.join(run_dir, "logs", f"rank{named}.traceback")
     try:
         os.makedirs(os.path.dirname(log), exist_ok=True)
         with open(log, "w") as fh:
-            traceback.print_exception(err, file=fh)
+            if what:
+                fh.write(getattr(err, "traceback_text", "") or what)
+            else:
+                traceback.print_exception(err, file=fh)
     except OSError:
         log = "(could not be written)"
-    cause = f"rank {rank} ({where}): {type(err).__name__}: {err} [traceback: {log}]"
+    what = what or f"{type(err).__name__}: {err}"
+    cause = f"rank {named} ({where}): {what} [traceback: {log}]"
     if survivable:
         ending = [
             f"hpcmarl: lost: {cause}; the run goes on without this rank "

@@ -20,6 +20,7 @@ from ..comm.protocol import Message
 from ..comm.transport import LocalTransport
 from ..config.schema import JobConfig
 from ..core import Role
+from ..errors import ReportedFailure
 from ..launch import signals
 from ..launch.scaling import take_requests
 from ..launch.topology import Topology
@@ -64,6 +65,8 @@ class Commander(Role):
         """Retired collectors that asked for a task: they get one when put back to work."""
         self.last_control = time.monotonic()
         self.waiting_learners: set[str] = set()
+        self.learner_info: dict[str, dict] = {}
+        """Each learner's info from its last task (`update_learner_info`)."""
         self.running: dict[str, str] = {}
         self.stats = RunStats(cfg.commander, offline=bool(cfg.offline.dataset))
         self.last_progress = time.monotonic()
@@ -172,8 +175,17 @@ class Commander(Role):
             self.learner_space.release()
             self.stats.on_learn(msg.meta["stats"])
             self.record_learning(msg.meta["stats"])
+            self.update_learner_info(role, msg.meta["task_id"], msg.meta.get("info", {}))
             self.schedule.on_task_done(role, "learn", msg.meta)
         self.record_schedule()
+
+    def update_learner_info(self, learner: str, task_id: str, info: dict) -> None:
+        """DI-engine's update_learner_info: the learner's info from its last task (updates,
+        losses, learning rate, updates per second) is kept as its newest, which a failure of
+        its next task reports beside its own, and written as an `update_learner_info` row."""
+        self.learner_info[learner] = info
+        row = {"role": learner, "task_id": task_id, "env_steps": self.stats.env_steps, **info}
+        self.sink.record("update_learner_info", row)
 
     def record_learning(self, stats: dict) -> None:
         """One `learn` row per group per learner task: the mean of its update statistics."""
@@ -203,12 +215,30 @@ class Commander(Role):
         """notify_fail: the task's space is released and the failure recorded."""
         role = self.running.pop(msg.meta["task_id"], msg.src)
         self.checkpoints.note_sent(role, msg.meta.get("sent_bulk", {}))
-        if self.topology.kind_of[role] == "collector":
-            self.collector_space.release()
-            self.schedule.on_task_failed(role, msg.meta)
-        else:
-            self.learner_space.release()
+        if self.topology.kind_of[role] != "collector":
+            self.notify_fail_learner_task(role, msg.meta)  # ends the job
+        self.collector_space.release()
+        self.schedule.on_task_failed(role, msg.meta)
         self.sink.record("task_failed", {"role": role, **msg.meta})
+
+    def notify_fail_learner_task(self, learner: str, report: dict) -> None:
+        """A learner's task failed (its update raised): its space is released, a `task_failed`
+        row names the cause, the group and the updates applied, and the job ends with one line
+        naming the learner. Unlike a collector's task, a learner's is not retried: the group's
+        weights and optimizer live only on its learners, the update left them half done, and a
+        data-parallel partner waits inside the average (docs/failure-modes.md)."""
+        self.learner_space.release()
+        keys = ("task_id", "group", "updates", "cause")
+        row = {"role": learner, **{k: report[k] for k in keys}, "env_steps": self.stats.env_steps}
+        self.sink.record("task_failed", {**row, "last_info": self.learner_info.get(learner, {})})
+        self.report_progress(force=True)
+        where = f"task {report['task_id']} of group {report['group']}"
+        raise ReportedFailure(
+            self.topology.rank_of[learner],
+            learner,
+            f"{report['cause']} ({where} failed after {report['updates']} updates)",
+            report.get("traceback", ""),
+        )
 
     def note_message(self, msg: Message) -> None:
         if msg.src in self.last_seen:

@@ -26,6 +26,8 @@ posted at the same point of every member's update sequence, so they match withou
 from __future__ import annotations
 
 import json
+import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -162,10 +164,16 @@ class Learner(Role):
         self.started = False
         self.syncing = False
         self.drift_check_interval = cfg.drift_check_interval
+        self.failed = False
+        """A task of this learner failed (`fail_task`): it takes no other."""
+        self.task_began = (0.0, 0)
+        """(monotonic time, updates) when the task in hand was granted: its info's rates."""
 
     def work(self) -> bool:
         if not self.started:
             return self.start_up()
+        if self.failed:  # the commander ends the job (fail_task)
+            return False
         if self.task is None:
             return self.ask_for_task()
         progressed = False
@@ -209,6 +217,7 @@ class Learner(Role):
 
     def handle_task(self, msg: Message) -> None:
         self.task, self.asked, self.wrapping = msg.meta, False, False
+        self.task_began = (time.monotonic(), self.updates())
         for group, target in msg.meta.get("train", {}).items():
             self.switch(self.trainers[group], target["keys"], int(target["generation"]))
             self.publish(self.trainers[group])
@@ -340,14 +349,7 @@ class Learner(Role):
         assert trainer.handle is not None
         if not trainer.averager.ready(trainer.handle):
             return False
-        average = self.read_average(trainer, trainer.handle)
-        try:
-            vector = trainer.steps.send(average)
-        except StopIteration as done:
-            self.end_update(trainer, done.value)
-            return True
-        trainer.handle = self.start_average(trainer, vector)
-        return True
+        return self.advance(trainer, self.read_average(trainer, trainer.handle))
 
     def begin_update(self, trainer: GroupTrainer) -> bool:
         msg = trainer.samples.popleft()
@@ -362,13 +364,46 @@ class Learner(Role):
         weights = msg.arrays.get("weights") if trainer.prioritized else None
         trainer.steps = trainer.algo.update(batch, weights)
         trainer.in_flight = msg
+        return self.advance(trainer, None)
+
+    def advance(self, trainer: GroupTrainer, average: np.ndarray | None) -> bool:
+        """Run the update to its next average (None: its first), or to its end (an update with
+        nothing to average ends at once). An exception of the algorithm fails the task."""
+        assert trainer.steps is not None
+        result: UpdateResult | None = None
         try:
-            vector = next(trainer.steps)
-        except StopIteration as done:  # an update with nothing to average
-            self.end_update(trainer, done.value)
+            try:
+                vector = next(trainer.steps) if average is None else trainer.steps.send(average)
+            except StopIteration as done:
+                result = done.value
+                check_losses(trainer, done.value)
+        except Exception as err:  # noqa: BLE001 - reported, then the commander ends the job
+            self.fail_task(trainer, err)
             return True
-        trainer.handle = self.start_average(trainer, vector)
+        if result is None:
+            trainer.handle = self.start_average(trainer, vector)
+        else:
+            self.end_update(trainer, result)
         return True
+
+    def fail_task(self, trainer: GroupTrainer, err: Exception) -> None:
+        """notify_fail_learner_task: tell the commander which task of which group failed,
+        after how many updates and why, with the traceback; it records the failure and ends
+        the job. This learner does nothing more meanwhile (its group's weights are half
+        updated). Reporting first, rather than raising here, lets the run's record hold it:
+        an abort from this rank could end the commander before the report arrived."""
+        assert self.task is not None
+        trainer.steps, trainer.handle, trainer.in_flight = None, None, None
+        meta = {
+            "task_id": self.task["task_id"],
+            "group": trainer.group,
+            "updates": trainer.updates,
+            "cause": f"{type(err).__name__}: {err}",
+            "traceback": "".join(traceback.format_exception(err)),
+            "sent_bulk": self.sent_bulk,
+        }
+        self.send("task_failed", "commander", meta)
+        self.task, self.failed = None, True
 
     def start_average(self, trainer: GroupTrainer, vector: np.ndarray) -> Handle:
         """Average a vector over the group; in a group of several, with this member's wish
@@ -463,6 +498,7 @@ class Learner(Role):
             {
                 "task_id": self.task["task_id"],
                 "stats": self.task_stats(),
+                "info": self.task_info(),
                 "sent_bulk": self.sent_bulk,
             },
         )
@@ -482,6 +518,25 @@ class Learner(Role):
                 "unfinished": trainer.unfinished,
             }
         return {"role": self.name, "groups": per_group}
+
+    def task_info(self) -> dict:
+        """What DI-engine's update_learner_info carries: this learner's updates, the task's
+        updates and their rate, the learning rate and each group's mean losses."""
+        began, updates_before = self.task_began
+        seconds = time.monotonic() - began
+        done = self.updates() - updates_before
+        losses = {
+            group: {k: float(np.mean([r[k] for r in t.stats])) for k in loss_keys(t.stats)}
+            for group, t in self.trainers.items()
+        }
+        return {
+            "updates": self.updates(),
+            "task_updates": done,
+            "seconds": round(seconds, 4),
+            "updates_per_s": round(done / seconds, 2) if seconds > 0 else None,
+            "lr": self.cfg.lr,
+            "losses": losses,
+        }
 
     def state(self) -> dict:
         import torch
@@ -525,6 +580,25 @@ class Learner(Role):
         super().close()
         for trainer in self.trainers.values():
             trainer.averager.close()
+
+
+def check_losses(trainer: GroupTrainer, result: UpdateResult) -> None:
+    """The NaN guard of every algorithm (a plugin's included): an update whose loss is not a
+    finite number fails its task here, before its weights are published to the collectors."""
+    bad = {
+        k: result.stats[k] for k in loss_keys([result.stats]) if not np.isfinite(result.stats[k])
+    }
+    if bad:
+        losses = ", ".join(f"{k} {v}" for k, v in bad.items())
+        raise FloatingPointError(
+            f"update {trainer.updates} of group {trainer.group} gave a non-finite loss "
+            f"({losses}); lower learner.lr, or check the rewards' scale"
+        )
+
+
+def loss_keys(rows: list[dict]) -> list[str]:
+    """The loss statistics of an algorithm's update rows (`loss`, `policy_loss`, ...)."""
+    return [k for k in rows[0] if k.endswith("loss")] if rows else []
 
 
 def items_in(batch: dict[str, np.ndarray]) -> int:

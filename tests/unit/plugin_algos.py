@@ -23,7 +23,7 @@ from hpcmarl.algos.networks import policy_layout, policy_network
 from hpcmarl.algos.returns import gae
 from hpcmarl.algos.torsos import torso_spec
 from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec, fragment_columns
-from hpcmarl.limits import at_least, within
+from hpcmarl.limits import at_least, one_of, within
 
 
 @dataclass
@@ -128,3 +128,37 @@ class Reinforce(NetworkAlgorithm):
         """[items, T, agents, width] as rows [items * T * agents, width]."""
         array = np.asarray(batch[key], dtype=np.float32)
         return torch.as_tensor(array.reshape(-1, array.shape[-1]), device=self.device)
+
+
+@dataclass
+class BrittleConfig(ReinforceConfig):
+    """REINFORCE's keys and the update at which the brittle variant breaks."""
+
+    fail_at_update: int = 3
+    """The update (1-based) that breaks."""
+    failure: str = "raise"
+    """How it breaks: raise (a bug: ValueError) or nan (its loss becomes NaN)."""
+
+
+class BrittleReinforce(Reinforce):
+    """REINFORCE that breaks at one update, as a user's plugin with a bug or a diverging loss
+    would: the learner must report the failed task (cause, group, update count) to the
+    commander before the job ends (`tests/faults/test_learner_failures.py`)."""
+
+    name = "brittle_reinforce"
+    config = BrittleConfig
+    rules = {
+        **Reinforce.rules,
+        "fail_at_update": at_least(1),
+        "failure": one_of("raise", "nan"),
+    }
+
+    def compute_gradients(
+        self, batch: Batch, weights: np.ndarray | None
+    ) -> tuple[np.ndarray, dict[str, float], np.ndarray]:
+        grads, stats, priorities = super().compute_gradients(batch, weights)
+        if self.updates + 1 == self.keys.fail_at_update:
+            if self.keys.failure == "raise":
+                raise ValueError(f"brittle_reinforce broke in update {self.updates + 1}")
+            stats["policy_loss"] = float("nan")
+        return grads, stats, priorities
