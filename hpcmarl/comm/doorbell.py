@@ -74,6 +74,11 @@ class Doorbell:
             self.sock.sendto(RING, peer)
             self.rings_sent += 1
 
+    def renumber(self, new_rank: dict[int, int]) -> None:
+        """Address the peers by their ranks in a world merged after a respawn (respawn.py);
+        a replacement, which has no bell, is polled for instead."""
+        self.peers = {new_rank[old]: peer for old, peer in self.peers.items() if old in new_rank}
+
     def wait(self, timeout_s: float) -> bool:
         """Sleep until a ring or `timeout_s`; True when rung (every pending ring is consumed)."""
         readable, _, _ = select.select([self.sock], [], [], timeout_s)

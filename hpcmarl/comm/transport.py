@@ -191,6 +191,25 @@ class _Incoming:
         return not self.requests
 
 
+GONE = -1
+"""The rank of a role lost before a `MpiTransport.rebind`: messages to it are dropped."""
+
+
+class _Retired:
+    """A world a transport left for a merged one, still drained of what was sent on it."""
+
+    __slots__ = ("comm", "incoming", "failures", "sends")
+
+    def __init__(
+        self,
+        comm: Any,
+        incoming: dict[int, deque[_Incoming]],
+        failures: LostRanks | None,
+        sends: RequestPool,
+    ) -> None:
+        self.comm, self.incoming, self.failures, self.sends = comm, incoming, failures, sends
+
+
 class MpiTransport(LocalTransport):
     """Nonblocking MPI between ranks, in-memory delivery within a rank."""
 
@@ -215,6 +234,8 @@ class MpiTransport(LocalTransport):
         last rung, until they complete (with a doorbell only; see `_ring_unmatched`)."""
         self.status = MPI.Status()
         self.doorbell = doorbell
+        self.retired: list[_Retired] = []
+        """Worlds left by `rebind`, still read for what was sent on them before."""
 
     def send(self, msg: Message) -> None:
         dest = self.rank_of[msg.dst]
@@ -294,8 +315,10 @@ class MpiTransport(LocalTransport):
             self.sends.arrived.clear()
         if self.unmatched:
             self._ring_unmatched()
-        progressed = self._receive_frames() or progressed
-        return self._deliver_completed() or progressed
+        progressed = self._receive_frames(self.comm, self.incoming, self.failures) or progressed
+        if self.retired:
+            progressed = self._poll_retired() or progressed
+        return self._deliver_completed(self.comm, self.incoming, self.failures) or progressed
 
     def _ring_unmatched(self) -> None:
         """Ring the receiver of a frame it has not matched again, every `RING_AGAIN_S`. A frame
@@ -314,28 +337,30 @@ class MpiTransport(LocalTransport):
             waiting.append((request, dest, rung))
         self.unmatched = waiting
 
-    def _receive_frames(self) -> bool:
+    def _receive_frames(
+        self, comm: Any, incoming: dict[int, deque[_Incoming]], failures: LostRanks | None
+    ) -> bool:
         """Match the frames that came; a small one whose source has nothing before it pending
         is received, read and delivered at once, a larger one received into a pooled buffer."""
         received = 0
         status, any_source, byte = self.status, self.MPI.ANY_SOURCE, self.MPI.BYTE
         while received < MAX_RECEIVES_PER_POLL:
             try:
-                probe = self.comm.improbe(any_source, FRAME_TAG, status)
+                probe = comm.improbe(any_source, FRAME_TAG, status)
             except self.MPI.Exception as err:
-                self._note_failure(err)  # acknowledged: receives from any source go on
+                self._note_failure(err, failures)  # acknowledged: receives from any source go on
                 continue
             if probe is None:
                 break
             received += 1
             source, size = status.Get_source(), status.Get_count(byte)
-            queue = self.incoming.get(source)
+            queue = incoming.get(source)
             if queue is None:
-                queue = self.incoming[source] = deque()
+                queue = incoming[source] = deque()
             if size <= SMALL_FRAME and not queue:
                 frame = np.empty(size, np.uint8)
                 probe.Recv(frame)
-                msg, requests = self._open(frame, size, source)
+                msg, requests = self._open(frame, size, source, comm)
                 if requests:  # its arrays follow on the bulk tag
                     queue.append(_Incoming(frame, size, requests, msg))
                 else:
@@ -345,7 +370,9 @@ class MpiTransport(LocalTransport):
                 queue.append(_Incoming(frame, size, [probe.Irecv(frame)]))
         return received > 0
 
-    def _open(self, frame: np.ndarray, size: int, source: int) -> tuple[Message, list[Any]]:
+    def _open(
+        self, frame: np.ndarray, size: int, source: int, comm: Any
+    ) -> tuple[Message, list[Any]]:
         """Read an arrived frame's header; post the receives of the arrays that follow it."""
         kind, src, dst, meta, body = pickle.loads(frame.data)
         msg = Message(kind, src, dst, meta)
@@ -355,28 +382,30 @@ class MpiTransport(LocalTransport):
             msg.arrays = views(frame[size - body[2] : size], body[1])
         else:
             self.buffers.give(frame)
-            msg.arrays, requests = self._post_receives(body, source)
+            msg.arrays, requests = self._post_receives(body, source, comm)
             return msg, requests
         return msg, []
 
-    def _post_receives(self, body: tuple, source: int) -> tuple[dict[str, np.ndarray], list[Any]]:
+    def _post_receives(
+        self, body: tuple, source: int, comm: Any
+    ) -> tuple[dict[str, np.ndarray], list[Any]]:
         """The arrays of a frame whose arrays follow it, and the receives that fill them, posted
         in the order they were sent."""
         if body[0] == "packed":
             _, layout, nbytes = body
             raw = self.buffers.take(nbytes)
-            return views(raw, layout), self._irecv(raw, source)
+            return views(raw, layout), self._irecv(raw, source, comm)
         arrays, requests = {}, []
         for name, dtype, shape in body[1]:
             dt = np.dtype(dtype)
             raw = self.buffers.take(math.prod(shape) * dt.itemsize)
-            requests += self._irecv(raw, source)
+            requests += self._irecv(raw, source, comm)
             arrays[name] = raw.view(dt).reshape(shape)
         return arrays, requests
 
-    def _irecv(self, raw: np.ndarray, source: int) -> list[Any]:
+    def _irecv(self, raw: np.ndarray, source: int, comm: Any) -> list[Any]:
         chunks = byte_chunks(raw.nbytes, self.chunk)
-        return [self.comm.Irecv(raw[start:stop], source, BULK_TAG) for start, stop in chunks]
+        return [comm.Irecv(raw[start:stop], source, BULK_TAG) for start, stop in chunks]
 
     def recycle(self, arrays: dict[str, np.ndarray] | None) -> None:
         """Give received arrays back once their contents were copied elsewhere (see BufferPool)."""
@@ -384,40 +413,44 @@ class MpiTransport(LocalTransport):
             for array in arrays.values():
                 self.buffers.give(array)
 
-    def _deliver_completed(self) -> bool:
+    def _deliver_completed(
+        self, comm: Any, incoming: dict[int, deque[_Incoming]], failures: LostRanks | None
+    ) -> bool:
         """Read arrived frames and deliver finished messages, both in each source's order; a
         dead source's messages still arriving are dropped."""
         delivered = False
-        for source, queue in self.incoming.items():
+        for source, queue in incoming.items():
             if not queue:
                 continue
             try:
-                self._open_arrived(queue, source)
+                self._open_arrived(queue, source, comm)
                 while queue and queue[0].msg is not None and queue[0].complete():
                     self._deliver(queue.popleft().msg)  # type: ignore[arg-type]
                     delivered = True
             except self.MPI.Exception as err:
-                self._note_failure(err)
-                if source not in self.failures.known:  # type: ignore[union-attr]
+                self._note_failure(err, failures)
+                if source not in failures.known:  # type: ignore[union-attr]
                     raise
                 self.dropped += len(queue)
                 queue.clear()
         return delivered
 
-    def _open_arrived(self, queue: deque[_Incoming], source: int) -> None:
+    def _open_arrived(self, queue: deque[_Incoming], source: int, comm: Any) -> None:
         """Read the frames of one source that have arrived, in order: a frame still arriving
         holds back the ones after it, whose bulk receives must be posted after its own."""
         for incoming in queue:
             if incoming.msg is None:
                 if not incoming.complete():
                     return
-                incoming.msg, incoming.requests = self._open(incoming.frame, incoming.size, source)
+                incoming.msg, incoming.requests = self._open(
+                    incoming.frame, incoming.size, source, comm
+                )
 
-    def _note_failure(self, err: Exception) -> None:
+    def _note_failure(self, err: Exception, failures: LostRanks | None) -> None:
         """An MPI error: a peer's death learned (under fault tolerance), or raised as ours."""
-        if self.failures is None or not is_peer_failure(err):
+        if failures is None or not is_peer_failure(err):
             raise err
-        self.failures.refresh()
+        failures.refresh()
 
     def take_lost_ranks(self) -> set[int]:
         """Ranks learned dead since the last call (each once), for the rank's roles."""
@@ -425,6 +458,8 @@ class MpiTransport(LocalTransport):
 
     def outstanding(self) -> int:
         pending_receives = sum(len(q) for q in self.incoming.values())
+        for old in self.retired:
+            pending_receives += len(old.sends) + sum(len(q) for q in old.incoming.values())
         return len(self.sends) + pending_receives
 
     def finish(self, timeout_s: float) -> bool:
@@ -434,26 +469,67 @@ class MpiTransport(LocalTransport):
         completes, nobody has a send left that waits for a receive of ours.
         """
         drained = self.sends.drain(timeout_s, on_idle=self.poll)
+        for old in self.retired:
+            drained = old.sends.drain(timeout_s, on_idle=self.poll) and drained
         agreed = self._agree_to_stop(timeout_s)
-        self._deliver_completed()
+        self._deliver_completed(self.comm, self.incoming, self.failures)
         return drained and agreed
 
     def _agree_to_stop(self, timeout_s: float) -> bool:
-        """The closing barrier; with ranks lost, an agreement of the ranks left (a barrier
-        over a dead rank fails), begun again should another rank die meanwhile."""
+        """The closing barrier; under fault tolerance an agreement of the ranks left (a
+        barrier over a dead rank fails), begun again should another rank die meanwhile. Every
+        rank agrees, whether or not it knows of a loss: a rank that had not heard of one yet, or
+        a replacement that never saw it, would otherwise wait in a barrier the others never
+        enter."""
         deadline = time.monotonic() + timeout_s
         while True:
-            lost = self.failures is not None and self.failures.known
-            assert self.failures is not None or not lost
-            request = self.failures.agreement() if lost else self.comm.Ibarrier()  # type: ignore[union-attr]
+            failures = self.failures
+            request = failures.agreement() if failures is not None else self.comm.Ibarrier()
             self.sends.add(request, None)
             try:
                 return self.sends.drain(max(deadline - time.monotonic(), 0.0), on_idle=self.poll)
             except self.MPI.Exception as err:
-                self._note_failure(err)
+                self._note_failure(err, self.failures)
                 self.sends = RequestPool(self.failures)  # the failed collective is over
 
     @property
     def lost_any(self) -> bool:
-        """Whether a rank of the world died: then `MPI_Finalize` would hang (failures.py)."""
-        return self.failures is not None and bool(self.failures.known)
+        """Whether a rank of the world died: then `MPI_Finalize` would hang (failures.py).
+        A rebound transport's old world had lost one."""
+        return bool(self.retired) or (self.failures is not None and bool(self.failures.known))
+
+    def rebind(self, comm: Any, rank_of: dict[str, int], new_rank: dict[int, int]) -> None:
+        """Send on `comm` from now on, a world merged with replacements of lost ranks
+        (respawn.py): `rank_of` places every role in it, a lost role at `GONE`, and `new_rank`
+        maps each survivor's rank in the world left to its rank in `comm`. The world left is
+        still read, as are the sends still in flight on it, so nothing sent before is lost;
+        between a pair of ranks, what was sent before the rebind is delivered in order, and
+        what is sent after in order, but the two may interleave."""
+        old_sends = self.sends
+        old_sends.arrived.clear()  # their rings went to the old world's numbering
+        self.retired.append(_Retired(self.comm, self.incoming, self.failures, old_sends))
+        self.comm, self.rank, self.rank_of = comm, comm.Get_rank(), rank_of
+        self.incoming = {}
+        self.failures = LostRanks(comm)
+        self.failures.known.add(GONE)  # so sends to a lost role are dropped, as before
+        self.sends = RequestPool(self.failures)
+        self.unmatched = [
+            (request, new_rank[dest], rung)
+            for request, dest, rung in self.unmatched
+            if dest in new_rank
+        ]
+        if self.doorbell is not None:
+            self.doorbell.renumber(new_rank)
+
+    def _poll_retired(self) -> bool:
+        """Read what is still arriving on the worlds left (their sends complete meanwhile);
+        their news of lost ranks is acknowledged there and heard on the current world."""
+        progressed = False
+        for old in self.retired:
+            progressed = old.sends.test() > 0 or progressed
+            old.sends.arrived.clear()
+            progressed = self._receive_frames(old.comm, old.incoming, old.failures) or progressed
+            progressed = self._deliver_completed(old.comm, old.incoming, old.failures) or progressed
+            if old.failures is not None:
+                old.failures.take_unseen()
+        return progressed
