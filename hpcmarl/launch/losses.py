@@ -7,9 +7,17 @@ commander releases their tasks and shrinks the collector task space (DI-engine's
 learner, a replay shard, a parameter server, the commander) still ends the job, with a line
 naming the rank, its host and its roles: their state is not replicated anywhere, and the run
 resumes from its newest checkpoint instead.
+
+A rank that dies is not always lost: under fault tolerance a rank whose code raised leaves by
+SIGKILL too (the one death its peers hear of). Such a crash would recur on resume, so it must
+not end the job with the requeued exit code: before it dies, the failing rank writes a crash
+note into the run directory (`logs/rankR.crashed`, holding this launch's id), and its peers
+that find the note end with exit 1, which `slurm/train.sh` does not requeue.
 """
 
 from __future__ import annotations
+
+import os
 
 from ..comm.failures import ulfm_enabled
 from ..config.schema import JobConfig
@@ -29,6 +37,50 @@ class RankLost(RuntimeError):
 
 class LeaveQuietly(RuntimeError):
     """This rank ends because the job does, and another rank says why."""
+
+
+class PeerCrashed(LeaveQuietly):
+    """A rank the run cannot go on without raised (its own line says what): the job ends as a
+    crash, not as a loss to requeue."""
+
+
+def launch_id() -> str:
+    """The id every rank of this launch shares and no other launch has: PMIx's namespace,
+    which Open MPI's mpirun and srun set (fault tolerance exists only under Open MPI)."""
+    return os.environ.get("PMIX_NAMESPACE", "")
+
+
+def crash_note(run_dir: str, rank: int) -> str:
+    return os.path.join(run_dir, "logs", f"rank{rank}.crashed")
+
+
+def note_crash(run_dir: str | None, rank: int) -> None:
+    """Say, before this rank dies, that it died of its own error: its peers read this to end
+    the job as a crash (exit 1) instead of a lost rank (exit 76, requeued)."""
+    if run_dir is None:
+        return
+    path = crash_note(run_dir, rank)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "w") as fh:
+            fh.write(launch_id())
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass  # then its peers take it for a lost rank: a requeue, bounded by the batch script
+
+
+def crashed(run_dir: str | None, ranks: set[int]) -> bool:
+    """Whether every one of `ranks` died of its own error in this launch (its crash note)."""
+    if run_dir is None or not ranks:
+        return False
+    for rank in ranks:
+        try:
+            with open(crash_note(run_dir, rank)) as fh:
+                if fh.read() != launch_id():
+                    return False  # a note left by an earlier launch of this run
+        except OSError:
+            return False
+    return True
 
 
 def fault_tolerance_line(cfg: JobConfig, under_mpi: bool) -> str:
@@ -84,13 +136,16 @@ def on_ranks_lost(
     topology: Topology,
     fault_tolerance: str,
     rank: int,
+    run_dir: str | None = None,
 ) -> None:
     """Tell this rank's roles of the loss of `ranks` (`lost`: every rank gone so far), or end
     the job when the run cannot go on.
 
     Under fault tolerance `MPI_Abort` did not end every rank (measured: two of eight ranks
     went on), so each rank leaves by itself: the lowest rank left raises `RankLost`, whose
-    line names what was lost, and every other rank raises `LeaveQuietly`."""
+    line names what was lost, and every other rank raises `LeaveQuietly`. When the ranks
+    that cannot be done without crashed (their note in `run_dir`), every rank raises
+    `PeerCrashed`: the crashed rank's line said why."""
     names = lost_roles(topology, ranks)
     fatal = [n for n in names if topology.kind_of[n] not in SURVIVABLE_KINDS]
     if fault_tolerance == "collectors" and not fatal:
@@ -98,6 +153,8 @@ def on_ranks_lost(
             if not role.finished:
                 role.on_peers_lost(set(names), describe_ranks(topology, ranks))
         return
+    if crashed(run_dir, {topology.rank_of[name] for name in fatal}):
+        raise PeerCrashed(f"{describe_ranks(topology, ranks)} failed")
     if rank != min(set(range(topology.world_size)) - lost):
         raise LeaveQuietly(f"lost {describe_ranks(topology, ranks)}")
     why = (

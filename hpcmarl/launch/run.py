@@ -45,8 +45,10 @@ from .hosts import check_cuda_hosts, check_hosts, dataset_readers
 from .losses import (
     EXIT_RANK_LOST,
     LeaveQuietly,
+    PeerCrashed,
     RankLost,
     fault_tolerance_line,
+    note_crash,
     on_ranks_lost,
     survivable_rank,
 )
@@ -321,7 +323,9 @@ def poll_until_finished(
             current[0] = roles[0]  # the rank's first role names it in a failure line
             every_lost = transport.failures.known  # type: ignore[attr-defined]
             tolerance = cfg.runtime.fault_tolerance
-            on_ranks_lost(lost, every_lost, roles, plan.topology, tolerance, transport.rank)
+            on_ranks_lost(
+                lost, every_lost, roles, plan.topology, tolerance, transport.rank, plan.run_dir
+            )
         for role in roles:
             if not role.finished:
                 current[0] = role
@@ -421,12 +425,16 @@ def fail_rank(
         # Under fault tolerance MPI_Abort left ranks running (losses.py). A rank that ends
         # because the job does exits 1 (mpirun's exit code comes from these: it was 0 when
         # every rank died of a signal); a rank that fails first dies of SIGKILL, the one
-        # death its peers hear of (then a collector's is survived, any other ends the job).
+        # death its peers hear of (then a collector's is survived, any other ends the job),
+        # after its crash note: a crash ends the job with 1, a lost rank with 76 (requeued).
         time.sleep(ABORT_DRAIN_S)
+        if isinstance(err, PeerCrashed):
+            exit_now(1)
         if isinstance(err, (RankLost, LeaveQuietly)):
             exit_now(EXIT_RANK_LOST)
         if quiet_failure(err, comm):
             exit_now(1)
+        note_crash(run_dir, rank)
         die_seen()
     if comm is not None:
         # The launcher forwards our stderr through a pipe; MPICH's tears the job down on

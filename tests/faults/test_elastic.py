@@ -129,6 +129,25 @@ def test_a_lost_learner_still_ends_the_job_with_one_line(tmp_path: Path) -> None
     assert not rank_pids(tmp_path), f"orphaned ranks: {rank_pids(tmp_path)}"
 
 
+def test_a_learner_that_raises_ends_the_job_as_a_crash_not_a_loss(tmp_path: Path) -> None:
+    """Its exception would recur on resume, so the job ends with 1, which slurm/train.sh does
+    not requeue, and only the failing rank speaks; a learner killed (above) ends it with 76."""
+    args = [
+        *TOLERANT,
+        *SEVEN_RANKS,
+        "commander.max_env_steps=200000",
+        f"runtime.run_dir={tmp_path}",
+    ]
+    result = run_mpi(
+        7, ["-m", "hpcmarl", *args], timeout=180, env={"HPCMARL_FAULT": "learner0:200"}
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    failed = [line for line in result.stderr.splitlines() if "hpcmarl: failed:" in line]
+    assert len(failed) == 1, result.stderr[-3000:]
+    assert "rank 3 (learner0): RuntimeError: injected fault in learner0" in failed[0]
+    assert (tmp_path / "logs" / "rank3.crashed").is_file()
+
+
 def test_fault_tolerance_refuses_deterministic_mode(tmp_path: Path) -> None:
     result = run_local(
         ["-m", "hpcmarl", *TOLERANT, "commander.deterministic=true", f"runtime.run_dir={tmp_path}"],
