@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..algos import registry
+from ..algos.contract import PolicySpec
 from ..config.schema import JobConfig
 from ..core import policy_key
 from ..errors import ConfigError
@@ -223,7 +224,10 @@ def mlp_params(in_dim: int, hidden: Sequence[int], out_dim: int) -> int:
 
 def policy_params(cfg: JobConfig, spec: EnvSpec) -> dict[str, int]:
     """policy -> parameters of its actor (an agent-index input included), plus the critic for
-    on-policy algorithms."""
+    on-policy algorithms. The `mlp` torso's are counted from its widths without building it
+    (it may be too large); any other torso's are those of the network itself (`built_params`)."""
+    if cfg.learner.model.torso != "mlp":
+        return built_params(cfg, spec)
     hidden = cfg.learner.hidden_sizes
     on_policy = registry.decl_of(cfg.learner.algo).on_policy
     out = {}
@@ -232,8 +236,41 @@ def policy_params(cfg: JobConfig, spec: EnvSpec) -> dict[str, int]:
         agents = sum(1 for a in spec.agents if spec.policy_of[a] == policy)
         out[policy] = mlp_params(obs + agents, hidden, actions)
         if on_policy:
-            out[policy] += mlp_params(max(obs, spec.state_dim) + len(spec.agents), hidden, 1)
+            out[policy] += _state_critic(cfg, spec, obs)
     return out
+
+
+def built_params(cfg: JobConfig, spec: EnvSpec) -> dict[str, int]:
+    """policy -> parameters of the network `networks.policy_network` builds from the policy's
+    spec (a torso is a user's module of any size: no formula knows it), counted on rank 0 as
+    the algorithm's `policy_specs` lays it out (or built here, where a spec lists none). An
+    on-policy critic counts as the larger of that network (a critic reading observations has
+    the same torso) and an MLP of the global state."""
+    on_policy = registry.decl_of(cfg.learner.algo).on_policy
+    out = {}
+    for group in spec.training_groups():
+        group_spec = spec.group_spec(group, cfg.agents.strategy_spec_id)
+        specs = registry.policy_specs(cfg, group_spec)
+        for policy, key in group_spec.keys.items():
+            actor = specs[key].size or _network_params(specs[key])
+            critic = max(actor, _state_critic(cfg, spec, spec.policy_dims(policy)[0]))
+            out[policy] = actor + critic if on_policy else actor
+    return out
+
+
+def _state_critic(cfg: JobConfig, spec: EnvSpec, obs: int) -> int:
+    """An MLP critic of the state (or the observation) and the agent index."""
+    width = max(obs, spec.state_dim) + len(spec.agents)
+    return mlp_params(width, cfg.learner.hidden_sizes, 1)
+
+
+def _network_params(policy: PolicySpec) -> int:
+    import torch
+
+    from ..algos.networks import num_params, policy_network
+
+    with torch.random.fork_rng(devices=[]):  # rank 0's generator seeds the run
+        return num_params(policy_network(policy))
 
 
 def node_needs(
@@ -300,7 +337,13 @@ def _fix(cfg: JobConfig, need: NodeNeed) -> str:
             f"{fits:,} fits), place fewer replay shards per node (topology.replay_shards, or "
             "more nodes), or free memory on the node"
         )
+    model = cfg.learner.model
+    shrink = (
+        f"lower learner.hidden_sizes (now {cfg.learner.hidden_sizes})"
+        if model.torso == "mlp"
+        else f"shrink the torso {model.torso} (learner.model.kwargs, now {dict(model.kwargs)})"
+    )
     return (
-        f"lower learner.hidden_sizes (now {cfg.learner.hidden_sizes}), place fewer learners and "
-        "collectors per node (more nodes), or free memory on the node"
+        f"{shrink}, place fewer learners and collectors per node (more nodes), or free memory "
+        "on the node"
     )

@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 import torch
 
+from hpcmarl.algos.networks import num_params
+from hpcmarl.algos.ppo import PPO
 from hpcmarl.config.loader import load_job
 from hpcmarl.errors import EnvError, UserError
 from hpcmarl.items.spec import ItemSpec
@@ -34,6 +36,8 @@ from hpcmarl.launch.memory import (
 )
 from hpcmarl.launch.topology import build_topology
 from hpcmarl.replay.table import ReplayTable
+
+from . import user_nets
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = ["commander.stop_value=null", "commander.max_env_steps=200", "topology.collectors=1"]
@@ -357,3 +361,43 @@ def test_a_broken_env_module_is_one_line_and_exit_2(
     line = refused(capsys, None, [*env, *overrides])
     assert says in line, (case, line)
     assert os.listdir(cwd) == [] and not (tmp_path / "run").exists()
+
+
+WIDE_TORSO = ["learner.model.torso=tests.unit.user_nets:small_torso"]
+"""A user's torso: `Linear(4, width)` and tanh on CartPole, a head of 2 Q-values on top."""
+
+
+def test_a_torso_is_counted_as_the_network_it_builds_and_refused_when_it_cannot_fit() -> None:
+    width = 1_000_000
+    cfg = load_job(None, [*WIDE_TORSO, f"learner.model.kwargs={{width: {width}}}"])
+    spec = probe_env(cfg)
+    assert memory.policy_params(cfg, spec) == {"shared": 5 * width + (width + 1) * 2}
+    topology = build_topology(1, cfg.topology, spec.training_groups())
+    node = [("node", 150 << 20)]  # the mlp's 4-64-64-2 fits; 7M parameters x 6 copies do not
+    check_memory(load_job(None, []), probe_env(load_job(None, [])), topology, node)
+    with pytest.raises(UserError) as info:
+        check_memory(cfg, spec, topology, node)
+    (need,) = node_needs(cfg, spec, topology, node)
+    assert need.networks >= 4 * memory.LEARNER_COPIES * 7 * width  # the learner's copies alone
+    msg = info.value.message()
+    assert f"networks {need.networks / memory.GIB:.1f} GiB" in msg
+    assert "fix: shrink the torso tests.unit.user_nets:small_torso (learner.model.kwargs" in msg
+
+
+def test_an_on_policy_estimate_bounds_the_networks_the_algorithm_builds() -> None:
+    image = f"env.id=tests.unit.user_nets:{user_nets.IMAGE_ENV}"
+    cnn = "{channels: [4, 8], kernels: [3, 3], strides: [2, 1], features: 16}"
+    for critic in ("central", "local"):
+        overrides = [
+            image,
+            "learner.algo=ppo",
+            "learner.model.torso=cnn",
+            f"learner.ppo.critic={critic}",
+        ]
+        cfg = load_job(None, [*overrides, f"learner.model.kwargs={cnn}"])
+        spec = probe_env(cfg)
+        ppo = PPO(spec.group_spec("shared", cfg.agents.strategy_spec_id), cfg, seed=0)
+        built = sum(num_params(net) for net in ppo.networks.values())
+        (estimate,) = memory.policy_params(cfg, spec).values()
+        state_mlp = mlp_params(spec.state_dim + 1, cfg.learner.hidden_sizes, 1)
+        assert built <= estimate <= built + state_mlp, critic  # an upper bound, not far above
