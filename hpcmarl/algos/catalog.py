@@ -50,6 +50,10 @@ class AlgoDecl:
     """The dataclass of `learner.<section>`: its keys, defaults and docstrings."""
     rules: Mapping[str, Any] = field(default_factory=dict)
     """key of its section -> `limits.Rule`: the limits of its keys."""
+    psro_oracle: bool = False
+    """It can be PSRO's best-response oracle (`psro.checks`): it trains online, and its actor,
+    frozen, plays the policy it learned without a state carried between decisions (a
+    feed-forward `epsilon_greedy` or `categorical` actor)."""
 
     @property
     def plugin(self) -> bool:
@@ -71,6 +75,7 @@ def _built_in(name: str, summary: str, declared: ModuleType, **preset: Any) -> A
         preset=preset,
         config=getattr(declared, "CONFIG", None),
         rules=getattr(declared, "RULES", {}),
+        psro_oracle=getattr(declared, "PSRO_ORACLE", False),
     )
 
 
@@ -162,7 +167,8 @@ def resolve_algorithm(name: str) -> AlgoDecl:
 
     A catalog name is its entry; `module:Class` or an entry point of `hpcmarl.algorithms` is
     imported and described by the class itself (`algos.contract.Algorithm`'s class attributes
-    `config`, `section`, `summary`, `on_policy`, `items`, `rules`, `offline_only`)."""
+    `config`, `section`, `summary`, `on_policy`, `items`, `rules`, `offline_only`,
+    `psro_oracle`)."""
     if name in CATALOG:
         return CATALOG[name]
     if ":" in name:
@@ -237,4 +243,5 @@ def _plugin_decl(name: str, target: str) -> AlgoDecl:
         offline_only=bool(getattr(cls, "offline_only", False)),
         config=config,
         rules=dict(getattr(cls, "rules", {})),
+        psro_oracle=bool(getattr(cls, "psro_oracle", False)),
     )

@@ -227,6 +227,10 @@ class Algorithm(ABC):
     """
 
     name = "algorithm"
+    psro_oracle = False
+    """Whether PSRO may train its new policies with this algorithm (`psro.enabled`): true only
+    for an algorithm that learns online and whose actor, frozen, plays what it learned with no
+    state carried between decisions (`epsilon_greedy` or `categorical`)."""
 
     @abstractmethod
     def __init__(self, group: GroupSpec, job: Any, seed: int, device: str = "cpu") -> None:

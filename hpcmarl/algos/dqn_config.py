@@ -17,6 +17,8 @@ SECTION = "dqn"
 """Its keys are `learner.dqn.*`."""
 ON_POLICY = False
 ITEMS = "transition"
+PSRO_ORACLE = True
+"""It can be PSRO's best-response oracle: its greedy policy, frozen, is what it learned."""
 
 
 @dataclass

@@ -18,6 +18,8 @@ SECTION = "ppo"
 """Its keys are `learner.ppo.*`."""
 ON_POLICY = True
 ITEMS = "fragment"
+PSRO_ORACLE = True
+"""It can be PSRO's best-response oracle: its action distribution, frozen, is what it learned."""
 
 
 @dataclass

@@ -1,23 +1,28 @@
 """What a PSRO job must be, refused at start-up in one message each.
 
 PSRO here grows one population per player of a two-player game, trains each new policy as a
-best response (DQN, whose greedy policy becomes the frozen strategy, or PPO, whose action
-distribution does), and scores the meta-strategy with OpenSpiel's exploitability, which needs
-the game's tree.
+best response with an algorithm the catalog says can be its oracle (DQN, whose greedy policy
+becomes the frozen strategy; PPO, whose action distribution does; a plugin that sets
+`psro_oracle`), and scores the meta-strategy with OpenSpiel's exploitability, which needs the
+game's tree.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from hpcmarl.algos.catalog import CATALOG, resolve_algorithm
 from hpcmarl.errors import ConfigError, EnvError
 from hpcmarl.extras import require
 
-PSRO_ALGOS = ("dqn", "ppo", "ippo", "mappo")
-"""Algorithms that can be PSRO's best-response oracle: feed-forward actors whose frozen play is
-the policy they learned (DQN's greedy one, PPO's distribution). R2D2, VDN and QMIX are not:
-their actors are recurrent, and a frozen recurrent member would need its state carried through
-the exploitability's tree walk."""
+
+def oracles() -> list[str]:
+    """The catalog's algorithms that declare they can be PSRO's best-response oracle
+    (`AlgoDecl.psro_oracle`): feed-forward actors whose frozen play is the policy they learned
+    (DQN's greedy one, PPO's distribution). R2D2, VDN and QMIX are not: their actors are
+    recurrent, and a frozen recurrent member would need its state carried through the
+    exploitability's tree walk. A plugin class joins them with `psro_oracle = True`."""
+    return [name for name, decl in CATALOG.items() if decl.psro_oracle]
 
 
 def check_psro_job(cfg: Any, groups: dict[str, list[str]], n_agents: int) -> None:
@@ -30,10 +35,13 @@ def check_psro_job(cfg: Any, groups: dict[str, list[str]], n_agents: int) -> Non
             "also sets offline.dataset or commander.deterministic",
             "drop offline.dataset and commander.deterministic from a PSRO job",
         )
-    if cfg.learner.algo not in PSRO_ALGOS:
+    decl = resolve_algorithm(cfg.learner.algo)
+    if not decl.psro_oracle or decl.offline_only:
         raise ConfigError(
-            f"learner.algo = {cfg.learner.algo} cannot be PSRO's best-response oracle yet",
-            f"set learner.algo to one of {list(PSRO_ALGOS)}",
+            f"learner.algo = {cfg.learner.algo} cannot be PSRO's best-response oracle (it "
+            "does not declare psro_oracle)",
+            f"set learner.algo to one of {oracles()}, or to your own algorithm whose class "
+            "sets psro_oracle = True (a feed-forward actor that plays what it learned)",
         )
     if len(groups) != 2 or n_agents != 2:
         raise ConfigError(
