@@ -223,7 +223,9 @@ class MpiTransport(LocalTransport):
         self.comm = comm
         self.failures = LostRanks(comm) if ulfm_enabled() else None
         """Ranks known dead, under Open MPI's fault tolerance (failures.py); None without it,
-        where a dead rank ends the job."""
+        where a dead rank ends the job. `GONE` counts as dead (a world after a respawn)."""
+        if self.failures is not None and GONE in rank_of.values():
+            self.failures.known.add(GONE)
         self.sends = RequestPool(self.failures)
         self.incoming: dict[int, deque[_Incoming]] = {}
         self.chunk = chunk_bytes()
@@ -511,7 +513,8 @@ class MpiTransport(LocalTransport):
         self.comm, self.rank, self.rank_of = comm, comm.Get_rank(), rank_of
         self.incoming = {}
         self.failures = LostRanks(comm)
-        self.failures.known.add(GONE)  # so sends to a lost role are dropped, as before
+        if GONE in rank_of.values():
+            self.failures.known.add(GONE)  # so sends to a lost role are dropped, as before
         self.sends = RequestPool(self.failures)
         self.unmatched = [
             (request, new_rank[dest], rung)
