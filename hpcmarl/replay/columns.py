@@ -3,6 +3,8 @@ files store, declared once with their types."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from hpcmarl.items.spec import Column
 
 
@@ -31,6 +33,26 @@ def mask_columns(n_actions: int) -> tuple[Column, ...]:
         Column("next_action_masks", "|b1", (n_actions,)),
     )
 
+
+def obs_in(state: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """A table's or a batch's flat state with its observations in `dtype`: a checkpoint of an
+    image env written before observations were stored as uint8 holds them as float32 rows of
+    the values 0-255, which a resumed table (now fed uint8) takes back exactly as uint8."""
+    if np.dtype(dtype) != np.uint8:
+        return state
+    return {k: v.astype(np.uint8) if _holds_obs(k, v) else v for k, v in state.items()}
+
+
+def _holds_obs(key: str, value: np.ndarray) -> bool:
+    """Observations under any stored name: the columns (`observations`, `next_observations`,
+    a compact item's `observations_head`, `final_next_observations`) and a compact transition
+    table's side stores of frames."""
+    name = key.rsplit("/", 2)
+    stored = "observations" in name[-1] or "/".join(name[-2:]) in _FRAME_STORES
+    return stored and value.dtype == np.float32
+
+
+_FRAME_STORES = ("first_stacks/values", "next_frames/values")
 
 BATCH_COLUMNS = tuple(c.name for c in transition_columns(1))
 """Every column of a transition row."""

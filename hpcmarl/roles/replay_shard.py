@@ -40,6 +40,7 @@ from ..comm.transport import LocalTransport
 from ..config.schema import ReplayConfig
 from ..core import Role
 from ..items.spec import ItemSpec, ReplaySpec
+from ..replay.columns import obs_in
 from ..replay.compact import CompactTable, StorageForm
 from ..replay.compact_items import CompactItemTable
 from ..replay.queue import ItemQueue
@@ -369,12 +370,12 @@ class ReplayShard(Role):
         for group, counts in tree.get("earlier", {}).items():
             self.earlier[group] = {k: int(v) for k, v in counts.items()}
         for group, table_state in tree["tables"].items():
-            self.tables[group].load_state(flatten(table_state))
+            self.tables[group].load_state(obs_in(flatten(table_state), self.obs_dtype(group)))
             if group in self.limiters:
                 self.limiters[group].load_state(tree["limiters"][group])
         for i in sorted(tree["pending_inserts"], key=int):
             entry = tree["pending_inserts"][i]
-            columns = entry["columns"]
+            columns = obs_in(entry["columns"], self.obs_dtype(entry["group"]))
             meta = {
                 "group": entry["group"],
                 "items": len(next(iter(columns.values()))),
@@ -383,6 +384,13 @@ class ReplayShard(Role):
             self.pending_inserts.append(Message("batch", "", self.name, meta, columns))
         self.samples_served = int(tree["samples_served"])
         self.restored = True
+
+    def obs_dtype(self, group: str) -> str:
+        """The dtype `group`'s items keep observations in (`GroupSpec.obs_dtype`)."""
+        if group not in self.items:
+            return "<f4"
+        columns = {c.name: c.dtype for c in ItemSpec.from_json(self.items[group]).columns}
+        return columns.get("observations", "<f4")
 
     def counters(self) -> dict:
         return {

@@ -1,6 +1,7 @@
 """Image observations (a uint8 Box) are kept as uint8 from the collector's items to the
 replay table, its checkpoint and the replay files, and cast to float32 only at the network's
-input on the learner's device; float32 spaces keep the item specs older runs wrote.
+input on the learner's device; float32 spaces keep the item specs older runs wrote, and a
+checkpoint written before (float32 images) resumes into the uint8 tables.
 
 The run is a tiny DQN job with the `cnn` torso on `user_nets`' 12x12x3 image env, in this
 process (a few seconds), resumed once.
@@ -11,10 +12,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import gymnasium
 import h5py
 import numpy as np
+import pytest
 import torch
 
 import hpcmarl
@@ -26,11 +29,14 @@ from hpcmarl.algos.r2d2 import R2D2
 from hpcmarl.algos.torsos import space_json
 from hpcmarl.algos.value_decomposition import ValueDecomposition
 from hpcmarl.items.spec import obs_dtype
-from hpcmarl.replay.columns import transition_columns
+from hpcmarl.replay.columns import obs_in, transition_columns
+from hpcmarl.replay.compact import CompactTable, StorageForm
+from hpcmarl.replay.table import ReplayTable
 from hpcmarl.testing.groups import group_of, job_with
 
 from . import user_nets
 from .conftest import TINY
+from .test_compact_replay import collect
 from .test_torsos import SHORT, SMALL_CNN, image_group
 
 WIDTH = math.prod(user_nets.IMAGE_SHAPE)
@@ -122,3 +128,35 @@ def test_uint8_rows_reach_the_network_as_float32_of_the_same_values() -> None:
     kept = on_device(floats, torch.device("cpu"))
     assert kept.dtype == torch.float32 and kept.data_ptr() == floats.ctypes.data  # no copy
     assert on_device(pixels, None, torch.int64).dtype == torch.int64
+
+
+def pixels(batch: dict[str, np.ndarray], dtype: type) -> dict[str, np.ndarray]:
+    """The batch with its observations made whole values 0-255 (per value, so stacks stay
+    stacks), in `dtype`: float32 as runs before uint8 storage sent them, or uint8."""
+
+    def image(v: np.ndarray) -> np.ndarray:
+        return (np.floor(np.abs(v) * 60) % 256).astype(dtype)
+
+    return {k: image(v) if "observations" in k else v for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("form", [StorageForm(), StorageForm(2, ignore_obs_next=True)])
+def test_a_float32_checkpoint_of_images_resumes_into_a_uint8_table(form: StorageForm) -> None:
+    batches, _ = collect(max(form.stack_num, 1), "reset", seed=3)
+
+    def table() -> Any:
+        rows = ReplayTable(150, seed=5)
+        return CompactTable(rows, form) if form.compact else rows
+
+    old, resumed = table(), table()
+    for batch in batches[:-3]:
+        old.insert(pixels(batch, np.float32))
+    resumed.load_state(obs_in(old.state(), "|u1"))  # as a shard restores an older checkpoint
+    for batch in batches[-3:]:
+        old.insert(pixels(batch, np.float32))
+        resumed.insert(pixels(batch, np.uint8))
+    (want, _), (got, _) = old.sample(64), resumed.sample(64)
+    assert got["observations"].dtype == np.uint8 and want["observations"].dtype == np.float32
+    for name in want:
+        np.testing.assert_array_equal(got[name].astype(want[name].dtype), want[name], name)
+    assert obs_in(old.state(), "<f4")["column/observations"].dtype == np.float32
