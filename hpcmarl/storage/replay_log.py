@@ -140,6 +140,8 @@ class ReplayLogWriter:
         columns = self._agent_columns(k, parts[0])
         for name, ds in columns.items():
             data = np.concatenate([p[name] for p in parts])
+            if ds.dtype == np.float32 and data.dtype == np.uint8:  # see `_as_logged`
+                data = data.astype(np.float32)
             if ds.dtype != data.dtype or ds.shape[1:] != data.shape[1:]:
                 raise ValueError(
                     f"{ds.name} holds {ds.dtype}{list(ds.shape[1:])}, "
@@ -203,7 +205,7 @@ class ReplayLogWriter:
             )
             return None
         try:
-            _check_same_job(f, attrs, self.path)
+            _check_same_job(f, _as_logged(f, attrs), self.path)
             sessions = json.loads(_text(f.attrs.get("sessions", "[]")))
             f.attrs["sessions"] = json.dumps([*sessions, session], default=str)
         except BaseException:
@@ -242,6 +244,21 @@ def _obs_box(width: int, dtype: str) -> dict[str, Any]:
         return {"type": "Box", "dtype": "uint8", "shape": [width], "low": 0, "high": 255}
     inf = float("inf")
     return {"type": "Box", "dtype": "float32", "shape": [width], "low": -inf, "high": inf}
+
+
+def _as_logged(f: h5py.File, attrs: dict[str, str]) -> dict[str, str]:
+    """`attrs` with the log's own float32 observation space for each agent whose images it began
+    to record as float32 (before they were stored as uint8): a resumed run goes on appending
+    to it in float32, the pixel values exactly, rather than being refused."""
+    held, ours = (json.loads(_text(a) or "{}") for a in (f.attrs.get(OBS_KEY), attrs[OBS_KEY]))
+    for agent, space in ours.items():
+        before = held.get(agent)
+        if space["dtype"] == "uint8" and before == _obs_box(space["shape"][0], "<f4"):
+            ours[agent] = before
+    return {**attrs, OBS_KEY: json.dumps(ours)}
+
+
+OBS_KEY = "observation_spaces"
 
 
 def _stamp(group: h5py.Group, kind: str) -> None:

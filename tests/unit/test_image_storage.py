@@ -32,11 +32,13 @@ from hpcmarl.items.spec import obs_dtype
 from hpcmarl.replay.columns import obs_in, transition_columns
 from hpcmarl.replay.compact import CompactTable, StorageForm
 from hpcmarl.replay.table import ReplayTable
+from hpcmarl.storage.replay_log import ReplayLogWriter
 from hpcmarl.testing.groups import group_of, job_with
 
 from . import user_nets
 from .conftest import TINY
 from .test_compact_replay import collect
+from .test_replay_log import batch as log_batch
 from .test_torsos import SHORT, SMALL_CNN, image_group
 
 WIDTH = math.prod(user_nets.IMAGE_SHAPE)
@@ -160,3 +162,29 @@ def test_a_float32_checkpoint_of_images_resumes_into_a_uint8_table(form: Storage
     for name in want:
         np.testing.assert_array_equal(got[name].astype(want[name].dtype), want[name], name)
     assert obs_in(old.state(), "<f4")["column/observations"].dtype == np.float32
+
+
+def test_a_replay_file_begun_with_float32_images_goes_on_in_float32(tmp_path: Path) -> None:
+    path = tmp_path / "collector0.h5"
+    agents = ["a", "b", "c"]
+    sent = [pixels(log_batch("p0", 0), np.float32), pixels(log_batch("p0", 1), np.uint8)]
+    for dtypes, rows in zip([None, dict.fromkeys(agents, "|u1")], sent, strict=True):
+        writer = ReplayLogWriter(
+            path,
+            agents=agents,
+            policy_of=dict.fromkeys(agents, "p0"),
+            obs_dims=dict.fromkeys(agents, 3),
+            n_actions=dict.fromkeys(agents, 4),
+            env_id="Test-v0",
+            flush_every=1,
+            meta={},
+            obs_dtypes=dtypes,  # the run before uint8 storage, then its resume
+        )
+        writer.append(rows)
+        writer.close()
+    with h5py.File(path, "r") as f:
+        assert json.loads(f.attrs["observation_spaces"])["a"]["dtype"] == "float32"
+        logged = f["agents/a/observations"][()]
+    assert logged.dtype == np.float32
+    want = [rows["observations"][rows["agent_id"] == 0] for rows in sent]
+    np.testing.assert_array_equal(logged, np.concatenate(want).astype(np.float32))
