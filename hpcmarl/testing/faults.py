@@ -3,7 +3,10 @@
 `HPCMARL_FAULT=<role kind or name>:<poll number>[:<action>]` makes that role, on its N-th poll,
 `raise` (the default) a RuntimeError, `exit` the process at once with code 17, or `kill` it
 with SIGKILL, as `kill -9` or the OOM killer would. Tests use it
-to prove that any role's failure ends the whole job quickly instead of hanging it.
+to prove that any role's failure ends the whole job quickly instead of hanging it. In place of
+the poll number, a message kind (`stop`, `checkpoint`, ...) makes the fault strike before the
+poll that would handle the first such message: a kill at a moment of the protocol, which no
+timing from outside the job can hit reliably.
 
 `HPCMARL_FAULT_WRITE_DELAY=<role kind or name>:<seconds>[:<writes>]` makes that role's checkpoint
 writer wait before it writes, as a slow filesystem would: tests use it to see the role's loop
@@ -17,17 +20,17 @@ import os
 import signal
 from typing import Any
 
-_spec: tuple[str, int, str] | None | bool = False
+_spec: tuple[str, int | str, str] | None | bool = False
 _delayed_writes: dict[str, int] = {}
 
 
-def _parse() -> tuple[str, int, str] | None:
+def _parse() -> tuple[str, int | str, str] | None:
     raw = os.environ.get("HPCMARL_FAULT", "")
     if not raw:
         return None
     parts = raw.split(":")
     action = parts[2] if len(parts) > 2 else "raise"
-    return parts[0], int(parts[1]), action
+    return parts[0], int(parts[1]) if parts[1].isdigit() else parts[1], action
 
 
 def write_delay(role_kind: str, role_name: str) -> float:
@@ -51,11 +54,18 @@ def maybe_inject(role: Any) -> None:
         _spec = _parse()
     if _spec is None:
         return
-    target, at_poll, action = _spec  # type: ignore[misc]
-    if target not in (role.kind, role.name) or role.polls + 1 != at_poll:
+    target, at, action = _spec  # type: ignore[misc]
+    if target not in (role.kind, role.name) or not _due(role, at):
         return
     if action == "exit":
         os._exit(17)
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
-    raise RuntimeError(f"injected fault in {role.name} at poll {at_poll}")
+    raise RuntimeError(f"injected fault in {role.name} at poll {role.polls + 1}")
+
+
+def _due(role: Any, at: int | str) -> bool:
+    """At the role's poll number `at`, or before it handles a message of kind `at`."""
+    if isinstance(at, int):
+        return role.polls + 1 == at
+    return any(msg.kind == at for msg in role.inbox)
