@@ -93,6 +93,7 @@ def guarded(body: Callable[[], int]) -> int:
 
 
 def _analyze(args: argparse.Namespace) -> int:
+    from .learners import learner_summary
     from .plots import pyplot, write_plots
     from .psro import psro_summary
     from .report import render
@@ -104,6 +105,7 @@ def _analyze(args: argparse.Namespace) -> int:
     with open(out / "episodes.jsonl", "w") as episodes:
         summary = analyze(args.paths, args.chunk_rows, episode_writer(episodes))
     summary["psro"] = psro_summary(args.paths)
+    summary["learners"] = learner_summary(args.paths)
     plots = [] if args.no_plots else write_plots(summary, out)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (out / "report.md").write_text(render(summary, plots))

@@ -5,9 +5,10 @@ commander wrote), so a run needs no replay files for this part of its report.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from .learners import run_rows
 
 
 def psro_summary(paths: list[str | Path]) -> dict[str, Any] | None:
@@ -15,17 +16,7 @@ def psro_summary(paths: list[str | Path]) -> dict[str, Any] | None:
     `psro` rows (None when none does). A resumed run's rows of one iteration may appear
     twice (once before the stop, once after): the last one counts."""
     for path in map(Path, paths):
-        metrics = path / "metrics.jsonl"
-        if not (path.is_dir() and metrics.is_file()):
-            continue
-        rows: dict[int, dict[str, Any]] = {}
-        for line in metrics.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by a kill: the rest of the file still counts
-            if row.get("kind") == "psro":
-                rows[int(row["iteration"])] = row
+        rows = {int(row["iteration"]): row for row in run_rows(path, {"psro"}) or []}
         if rows:
             return _summary([rows[i] for i in sorted(rows)])
     return None

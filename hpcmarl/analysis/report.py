@@ -13,7 +13,7 @@ OVER_TRAINING_ROWS = 8
 
 
 def render(summary: dict[str, Any], plots: list[str] | None = None) -> str:
-    lines = ["# Replay analysis", ""] + _psro(summary)
+    lines = ["# Replay analysis", ""] + _psro(summary) + _learners(summary)
     if not summary["totals"]["items"]:
         return "\n".join(
             lines + _files(summary) + ["The files hold no rows (nothing flushed yet).", ""]
@@ -64,6 +64,27 @@ def _psro(s: dict[str, Any]) -> list[str]:
             "",
         ]
     )
+
+
+def _learners(s: dict[str, Any]) -> list[str]:
+    learners = s.get("learners")
+    if not learners:
+        return []
+    rows = []
+    for name, e in learners.items():
+        losses = "; ".join(
+            f"{group}: " + ", ".join(f"{k} {v:.4g}" for k, v in values.items())
+            for group, values in (e.get("losses") or {}).items()
+        )
+        rows.append([name, e["tasks"], e.get("updates"), e.get("updates_per_s"), losses or "-"])
+    failures = [
+        f"- {name}: task {f['task_id']} of group {f['group']} failed after {f['updates']} "
+        f"updates: {f['cause']}"
+        for name, e in learners.items()
+        for f in e["failed"]
+    ]
+    header = ["learner", "tasks", "updates", "updates/s (last task)", "losses (last task)"]
+    return ["## Learners", ""] + _table(header, rows) + (failures + [""] if failures else [])
 
 
 def _files(s: dict[str, Any]) -> list[str]:

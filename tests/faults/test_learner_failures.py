@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from hpcmarl.analysis.learners import learner_summary
+from hpcmarl.analysis.report import render
+
 from ..mpi.conftest import run_local, run_mpi
 
 BRITTLE = [
@@ -54,6 +57,15 @@ def test_a_nan_loss_fails_the_task_with_its_cause_group_and_update_count(tmp_pat
     assert failed["last_info"] == {k: v for k, v in infos[-1].items() if k not in ROW_KEYS}
     assert set(infos[-1]["losses"]["shared"]) == {"policy_loss", "baseline_loss"}
     assert infos[-1]["lr"] == 1e-3 and infos[-1]["task_updates"] == 1
+
+    learners = learner_summary([tmp_path])  # what `python -m hpcmarl analyze` reports
+    assert learners is not None and learners["learner0"]["tasks"] == 2
+    assert learners["learner0"]["updates"] == 2
+    (failure,) = learners["learner0"]["failed"]
+    assert failure["group"] == "shared" and failure["updates"] == 3
+    report = render({"learners": learners, "totals": {"items": 0}, "files": []})
+    assert "## Learners" in report
+    assert "learner0: task " in report and "failed after 3 updates: FloatingPointError" in report
 
 
 ROW_KEYS = {"kind", "role", "task_id", "env_steps"}
