@@ -18,8 +18,10 @@ that find the note end with exit 1, which `slurm/train.sh` does not requeue.
 from __future__ import annotations
 
 import os
+import sys
+from typing import Any
 
-from ..comm.failures import ulfm_enabled
+from ..comm.failures import LostRanks, exit_now, ulfm_enabled
 from ..config.schema import JobConfig
 from ..core import Role
 from ..errors import UserError
@@ -163,3 +165,26 @@ def on_ranks_lost(
         else f"{', '.join(fatal)} cannot be replaced; resume from the newest checkpoint"
     )
     raise RankLost(f"lost {describe_ranks(topology, ranks)}: {why}")
+
+
+def leave_lost_at_start(comm: Any, rank: int, topology: Topology | None) -> None:
+    """A rank died while the job was starting (the census, the plan's broadcast, the
+    transport's set-up: collectives of every rank) and this rank's collective failed: no role
+    runs yet that could go on without it, so the job ends before training. The lowest rank
+    left names the loss, once; every rank exits 76, which `slurm/train.sh` requeues (nothing
+    was trained, so nothing is lost). Before, every rank left silently with exit 1."""
+    failures = LostRanks(comm)
+    failures.refresh()
+    lost = failures.known
+    if rank == min(set(range(comm.Get_size())) - lost):
+        if topology is not None:
+            what = describe_ranks(topology, lost)
+        else:
+            what = ", ".join(f"rank {r}" for r in sorted(lost)) or "a rank"
+        print(
+            f"hpcmarl: failed: lost {what} during start-up, before training began: nothing "
+            "was trained; start the job again (slurm/train.sh requeues it)",
+            file=sys.stderr,
+            flush=True,
+        )
+    exit_now(EXIT_RANK_LOST)

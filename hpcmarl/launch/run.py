@@ -48,6 +48,7 @@ from .losses import (
     PeerCrashed,
     RankLost,
     fault_tolerance_line,
+    leave_lost_at_start,
     note_crash,
     on_ranks_lost,
     survivable_rank,
@@ -129,6 +130,7 @@ def launch_job(job: JobSource, overrides: Sequence[str]) -> Ended:
     """Run the job on this rank: `python -m hpcmarl` and `hpcmarl.train` both come here."""
     comm = world_comm()
     rank = comm.Get_rank() if comm is not None else 0
+    topology = None
     try:
         nodes = gather_nodes(comm)
         outcome = plan_on_rank0(job, overrides, nodes) if rank == 0 else None
@@ -140,6 +142,7 @@ def launch_job(job: JobSource, overrides: Sequence[str]) -> Ended:
                 print(f"hpcmarl: error: {outcome[1]}", file=sys.stderr, flush=True)
             return Ended(UserError.exit_code, None, outcome[1])
         plan = expand_plan(outcome[1], nodes)
+        topology = plan.topology
         if rank == 0:
             write_rank_map(plan.topology)  # for the launcher, should a rank be killed
         if refusal := refused_by_a_host(plan, nodes, comm, rank):
@@ -148,6 +151,8 @@ def launch_job(job: JobSource, overrides: Sequence[str]) -> Ended:
             print(run_dir_line(plan.run_dir), flush=True)
     except Exception as err:  # noqa: BLE001 - a rank that fails before the loop ends the world
         abandon_run_dir()
+        if lost_a_peer(err, comm):
+            leave_lost_at_start(comm, rank, topology)
         fail_rank(rank, None, err, None, comm)
         return Ended(1, None)
     try:
@@ -238,6 +243,8 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
     building = True
     try:
         configure_process(plan.cfg, rank)
+        names = plan.topology.roles_on(rank)
+        faults.strike_at_start(names, [plan.topology.kind_of[n] for n in names])
         transport, group_comm = make_transport(plan, comm)
         stopped = signals.stopped_before_start(comm, plan.run_dir)
         if stopped:
@@ -269,6 +276,9 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
         if building and isinstance(err, UserError):
             refuse_on_rank(rank, err, comm)
             return UserError.exit_code
+        if building and lost_a_peer(err, comm):
+            release_run_dir()
+            leave_lost_at_start(comm, rank, plan.topology)
         tolerated = comm is not None and ulfm_enabled()
         fault_tolerance = plan.cfg.runtime.fault_tolerance
         survivable = tolerated and survivable_rank(plan.topology, fault_tolerance, rank)
@@ -368,6 +378,11 @@ def refuse_on_rank(rank: int, err: UserError, comm: Any) -> None:
     if comm is not None:
         time.sleep(ABORT_DRAIN_S)  # as in fail_rank: let the launcher forward the line
         comm.Abort(UserError.exit_code)
+
+
+def lost_a_peer(err: BaseException, comm: Any) -> bool:
+    """Under fault tolerance, whether an MPI call failed because a peer rank died."""
+    return comm is not None and ulfm_enabled() and is_peer_failure(err)
 
 
 def quiet_failure(err: BaseException, comm: Any) -> bool:

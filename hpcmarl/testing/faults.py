@@ -6,7 +6,8 @@ with SIGKILL, as `kill -9` or the OOM killer would. Tests use it
 to prove that any role's failure ends the whole job quickly instead of hanging it. In place of
 the poll number, a message kind (`stop`, `checkpoint`, ...) makes the fault strike before the
 poll that would handle the first such message: a kill at a moment of the protocol, which no
-timing from outside the job can hit reliably.
+timing from outside the job can hit reliably; `start` strikes the rank hosting the role as it
+sets up its transport, while every rank is still in the job's start-up collectives.
 
 `HPCMARL_FAULT_WRITE_DELAY=<role kind or name>:<seconds>[:<writes>]` makes that role's checkpoint
 writer wait before it writes, as a slow filesystem would: tests use it to see the role's loop
@@ -49,19 +50,34 @@ def write_delay(role_kind: str, role_name: str) -> float:
 
 def maybe_inject(role: Any) -> None:
     """Called before every poll of every role; costs one comparison when no fault is set."""
+    spec = _current()
+    if spec is None:
+        return
+    target, at, action = spec
+    if target in (role.kind, role.name) and _due(role, at):
+        _strike(action, role.name, f"poll {role.polls + 1}")
+
+
+def strike_at_start(names: list[str], kinds: list[str]) -> None:
+    """Called once per rank before its transport is set up, with the roles it will host."""
+    spec = _current()
+    if spec is not None and spec[1] == "start" and spec[0] in (*names, *kinds):
+        _strike(spec[2], ", ".join(names), "start-up")
+
+
+def _current() -> tuple[str, int | str, str] | None:
     global _spec
     if _spec is False:
         _spec = _parse()
-    if _spec is None:
-        return
-    target, at, action = _spec  # type: ignore[misc]
-    if target not in (role.kind, role.name) or not _due(role, at):
-        return
+    return _spec  # type: ignore[return-value]
+
+
+def _strike(action: str, who: str, when: str) -> None:
     if action == "exit":
         os._exit(17)
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
-    raise RuntimeError(f"injected fault in {role.name} at poll {role.polls + 1}")
+    raise RuntimeError(f"injected fault in {who} at {when}")
 
 
 def _due(role: Any, at: int | str) -> bool:

@@ -5,13 +5,15 @@ three of ten collectors at once: each run reaches its step budget without a hang
 names what it lost, and its final checkpoint resumes. The moments are events, never sleeps:
 the first two kills are struck by the rank itself (`HPCMARL_FAULT=collector1:1:kill` at its
 first poll, `collector1:stop:kill` before it handles the commander's stop), the third from
-outside once the first training episode is in `metrics.jsonl`.
+outside once the first training episode is in `metrics.jsonl`. A collector lost earlier, in
+the start-up collectives (`collector1:start:kill`), ends the job before training with one line.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 from pathlib import Path
 
 import pytest
@@ -60,6 +62,24 @@ def test_a_collector_killed_before_its_first_batch(tmp_path: Path) -> None:
     assert "hpcmarl: failed:" not in result.stderr
     assert not [row for row in rows(tmp_path, "episode") if row["collector"] == "collector1"]
     check_survived(tmp_path, result.stdout, ["collector1"], 1500)
+
+
+def test_a_collector_killed_in_the_start_up_collectives_ends_the_job_with_one_line(
+    tmp_path: Path,
+) -> None:
+    """Before the roles exist nothing can go on without a rank: the job ends before training,
+    named once, exit 76 (requeued). It used to end silently with exit 1."""
+    kill = {"HPCMARL_FAULT": "collector1:start:kill"}
+    args = [*ARGS, "commander.max_env_steps=1500", f"runtime.run_dir={tmp_path}"]
+    result = run_mpi(7, ["-m", "hpcmarl", *args], 120, env=kill)
+    assert result.returncode == 76, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("hpcmarl: failed:")]
+    host = socket.gethostname()
+    assert lines == [
+        f"hpcmarl: failed: lost rank 5 (collector1) on host {host} during start-up, before "
+        "training began: nothing was trained; start the job again (slurm/train.sh requeues it)"
+    ], result.stderr[-3000:]
+    assert not rank_pids(tmp_path), "ranks left behind"
 
 
 def test_a_collector_killed_during_the_final_stop(tmp_path: Path) -> None:
