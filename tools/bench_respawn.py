@@ -17,7 +17,8 @@ This is the machinery alone: a job's run loop does not respawn collectors yet (i
 
     .venv/bin/python tools/bench_respawn.py [--rounds 3] [--cases 4:2 8:2,5,6]
 
-A case is RANKS:LOST (comma-separated ranks). Prints one row per run, a summary per case and,
+A case is RANKS:LOST (comma-separated ranks; rounds after the first, split by /, are run but
+only the first is reported). Prints one row per run, a summary per case and,
 as its last line, one JSON object.
 """
 
@@ -44,7 +45,8 @@ def one_run(ranks: int, lose: str) -> dict:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env, cwd=ROOT)
     except subprocess.TimeoutExpired:
         return {"rc": "hung", "respawn_s": None, "heard_s": None, "mpirun_s": 180.0}
-    timing = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    timing = [t for t in lines if t["round"] == 0]
     row: dict[str, Any] = {"rc": done.returncode, "mpirun_s": round(time.monotonic() - began, 2)}
     row["respawn_s"] = timing[0]["respawn_s"] if timing else None
     row["heard_s"] = timing[0]["to_first_s"] if timing else None
