@@ -391,6 +391,21 @@ def quiet_failure(err: BaseException, comm: Any) -> bool:
     return comm is not None and (isinstance(err, LeaveQuietly) or is_peer_failure(err))
 
 
+def write_traceback(log: str, err: BaseException) -> str:
+    """The traceback into `log` (a reported failure's, as its role's rank sent it); the path,
+    or why there is none."""
+    try:
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+        with open(log, "w") as fh:
+            if isinstance(err, ReportedFailure):
+                fh.write(err.traceback_text or err.cause)
+            else:
+                traceback.print_exception(err, file=fh)
+    except OSError:
+        return "(could not be written)"
+    return log
+
+
 def fail_rank(
     rank: int,
     role: Role | None,
@@ -414,15 +429,8 @@ def fail_rank(
         log = os.path.join(tempfile.gettempdir(), name)
     else:
         log = os.path.join(run_dir, "logs", f"rank{named}.traceback")
-    try:
-        os.makedirs(os.path.dirname(log), exist_ok=True)
-        with open(log, "w") as fh:
-            if what:
-                fh.write(getattr(err, "traceback_text", "") or what)
-            else:
-                traceback.print_exception(err, file=fh)
-    except OSError:
-        log = "(could not be written)"
+    if not quiet_failure(err, comm):  # a quiet rank's file would hide the failed rank's
+        log = write_traceback(log, err)
     what = what or f"{type(err).__name__}: {err}"
     cause = f"rank {named} ({where}): {what} [traceback: {log}]"
     if survivable:

@@ -19,6 +19,7 @@ from hpcmarl.analysis.learners import learner_summary
 from hpcmarl.analysis.report import render
 
 from ..mpi.conftest import run_local, run_mpi
+from .test_failures import open_mpi
 
 BRITTLE = [
     "learner.algo=tests.unit.plugin_algos:BrittleReinforce",
@@ -73,14 +74,18 @@ ROW_KEYS = {"kind", "role", "task_id", "env_steps"}
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("tolerance", ["none", "collectors"])
 def test_a_plugins_exception_on_a_learner_rank_is_recorded_before_the_job_ends(
-    tmp_path: Path,
+    tmp_path: Path, tolerance: str
 ) -> None:
-    """The learner reports and waits; the commander records the row, then ends the world."""
+    """The learner reports and waits; the commander records the row, then ends the world
+    (under fault tolerance, as a crash: exit 1, one line, not a lost commander's 76)."""
+    if tolerance == "collectors" and not open_mpi():
+        pytest.skip("fault tolerance needs Open MPI's ULFM")
     args = [*BRITTLE, "learner.reinforce.fail_at_update=2", "topology.colocate=false"]
-    args += ["topology.param_servers=1", f"runtime.run_dir={tmp_path}"]
-    result = run_mpi(5, ["-m", "hpcmarl", *args], timeout=120)
-    assert result.returncode != 0
+    args += ["topology.param_servers=1", f"runtime.fault_tolerance={tolerance}"]
+    result = run_mpi(5, ["-m", "hpcmarl", *args, f"runtime.run_dir={tmp_path}"], timeout=120)
+    assert result.returncode == 1
     (line,) = failed_lines(result.stderr)
     expected = "hpcmarl: failed: rank 3 (learner0): ValueError: brittle_reinforce broke in update 2"
     assert line.startswith(expected), result.stderr[-3000:]
