@@ -101,6 +101,15 @@ def test_prd_solves_general_sum_and_three_player_games() -> None:
     assert_distributions(projected_replicator_dynamics(list(payoffs), iterations=500), (2, 3, 4))
 
 
+def test_prd_stays_on_the_simplex_for_a_losing_player() -> None:
+    """A player whose every payoff is negative (Kuhn poker's second player, measured in a
+    PSRO run) compounded rounding off the simplex into an overflow and NaN meta-strategies."""
+    first = np.array([[0.65, 0.55], [0.65, 0.55]])
+    rows, columns = projected_replicator_dynamics([first, -first])
+    assert_distributions([rows, columns], (2, 2))
+    assert columns[1] > 0.9  # the column that loses less
+
+
 def test_uniform_is_fictitious_play_over_each_population() -> None:
     strategies = uniform(zero_sum(np.zeros((3, 2))))
     np.testing.assert_array_equal(strategies[0], np.full(3, 1 / 3))
