@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import pickle
 
 import numpy as np
 
@@ -57,8 +58,9 @@ def views(buffer: np.ndarray, layout: Layout) -> PackedBatch:
 
 
 def allocate_packed(specs: list[Spec]) -> PackedBatch:
-    """A fresh packed buffer's column views, for producers that fill columns in place."""
-    layout, nbytes = plan_layout(specs)
+    """A fresh packed buffer's column views, for producers that fill columns in place (the
+    layout of the same specs is the same object: see `layout_blob`)."""
+    layout, nbytes = _planned(tuple((name, dtype, tuple(shape)) for name, dtype, shape in specs))
     return views(np.empty(nbytes, np.uint8), layout)
 
 
@@ -90,4 +92,44 @@ def pack(arrays: dict[str, np.ndarray]) -> PackedBatch:
     out = allocate_packed(spec_of(arrays))
     for name, target in out.items():
         target[...] = arrays[name]
+    return out
+
+
+CACHED_LAYOUTS = 256
+"""Distinct layouts remembered by `layout_blob` and `views_of` (all forgotten when full)."""
+_BLOBS: dict[int, tuple[Layout, bytes]] = {}
+_PLANS: dict[bytes, tuple[Layout, list[tuple[str, np.dtype, int, int, tuple[int, ...]]]]] = {}
+
+
+def layout_blob(layout: Layout) -> bytes:
+    """`layout` pickled, once per layout object: a message header carries its layout as these
+    bytes, which the header's pickling copies instead of pickling every column's entry again
+    (a stream of messages repeats a few layouts: `layout_of`, `allocate_packed` and the item
+    writers each hand out the same layout object for the same columns)."""
+    entry = _BLOBS.get(id(layout))
+    if entry is None or entry[0] is not layout:
+        if len(_BLOBS) >= CACHED_LAYOUTS:
+            _BLOBS.clear()
+        entry = _BLOBS[id(layout)] = (layout, pickle.dumps(layout, pickle.HIGHEST_PROTOCOL))
+    return entry[1]
+
+
+def views_of(buffer: np.ndarray, blob: bytes) -> PackedBatch:
+    """`views` of the layout that `layout_blob` made `blob` of; each distinct layout is read
+    and its columns' byte ranges worked out once, so a received message costs a slice per
+    column."""
+    plan = _PLANS.get(blob)
+    if plan is None:
+        if len(_PLANS) >= CACHED_LAYOUTS:
+            _PLANS.clear()
+        layout: Layout = pickle.loads(blob)
+        columns = [
+            (name, dt, offset, offset + math.prod(shape) * dt.itemsize, tuple(shape))
+            for name, dt, shape, offset in ((n, _dtype(d), s, o) for n, d, s, o in layout)
+        ]
+        plan = _PLANS[blob] = (layout, columns)
+    out = PackedBatch()
+    for name, dt, start, stop, shape in plan[1]:
+        out[name] = buffer[start:stop].view(dt).reshape(shape)
+    out.buffer, out.layout = buffer, plan[0]
     return out

@@ -1,7 +1,8 @@
 """Moving messages between roles: in memory on one rank, nonblocking MPI across ranks.
 
 This package is the only place that imports mpi4py. Every message is one frame on the frame
-tag: a pickled header (kind, addresses, meta, and the layout of its arrays, if any). A bulk
+tag: a pickled header (kind, addresses, meta, and the layout of its arrays, if any, as bytes
+pickled once per layout: packing.layout_blob). A bulk
 message of up to `INLINE_LIMIT` bytes carries its arrays in the same frame, packed (see
 packing.py) after the header at the frame's 64-byte-aligned end, never pickled: `pickle.loads`
 stops at the header's end. The receiver matches a frame with `improbe` and receives it into a
@@ -15,6 +16,7 @@ frames in that order, posts the `Irecv`s of the bulk tag in the order of their `
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import pickle
@@ -27,7 +29,7 @@ import numpy as np
 
 from .doorbell import Doorbell
 from .failures import LostRanks, is_peer_failure, ulfm_enabled
-from .packing import PackedBatch, aligned, layout_of, spec_of, views
+from .packing import PackedBatch, aligned, layout_blob, layout_of, spec_of, views_of
 from .progress import RequestPool
 from .protocol import Message
 
@@ -58,6 +60,11 @@ def byte_chunks(nbytes: int, limit: int) -> list[tuple[int, int]]:
     return [(start, min(start + limit, nbytes)) for start in range(0, nbytes, limit)]
 
 
+def _forget(lent: dict[int, weakref.ref], key: int, _: weakref.ref) -> None:
+    """A lent buffer was garbage collected without being given back."""
+    lent.pop(key, None)
+
+
 class BufferPool:
     """Receive buffers kept for reuse, so that a steady stream of equal-sized messages lands in
     memory that is already mapped instead of faulting fresh pages on every message.
@@ -68,7 +75,10 @@ class BufferPool:
 
     def __init__(self, max_bytes: int = 256 << 20, per_size: int = 8) -> None:
         self.free: dict[int, list[np.ndarray]] = {}
-        self.lent: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+        self.lent: dict[int, weakref.ref] = {}
+        """Buffers lent and alive, by id: a weak reference whose callback forgets a buffer
+        garbage collected unrecycled (a `WeakValueDictionary` does the same in Python code,
+        several microseconds a message)."""
         self.held = 0
         self.max_bytes, self.per_size = max_bytes, per_size
 
@@ -79,16 +89,17 @@ class BufferPool:
             self.held -= nbytes
         else:
             buf = np.empty(nbytes, np.uint8)
-        self.lent[id(buf)] = buf
+        key, lent = id(buf), self.lent
+        lent[key] = weakref.ref(buf, functools.partial(_forget, lent, key))
         return buf
 
     def give(self, array: np.ndarray) -> None:
         root = array
         while isinstance(root.base, np.ndarray):
             root = root.base
-        if self.lent.get(id(root)) is not root:
+        ref = self.lent.pop(id(root), None)
+        if ref is None or ref() is not root:
             return
-        del self.lent[id(root)]
         stack = self.free.setdefault(root.nbytes, [])
         if len(stack) < self.per_size and self.held + root.nbytes <= self.max_bytes:
             stack.append(root)
@@ -269,7 +280,7 @@ class MpiTransport(LocalTransport):
             self._send_inline(msg, arrays, packed, dest)
             return
         if packed is not None:
-            body: tuple = ("packed", packed.layout, nbytes)
+            body: tuple = ("packed", layout_blob(packed.layout), nbytes)
             parts = [packed.buffer]
         else:
             body, parts = ("columns", spec_of(arrays)), list(arrays.values())
@@ -291,7 +302,7 @@ class MpiTransport(LocalTransport):
             layout, nbytes = packed.layout, packed.buffer.nbytes
         else:
             layout, nbytes = layout_of(arrays)
-        body = ("inline", layout, nbytes)
+        body = ("inline", layout_blob(layout), nbytes)
         header = pickle.dumps((msg.kind, msg.src, msg.dst, msg.meta, body), PROTOCOL)
         start = aligned(len(header))
         frame = self.frames.take(start + nbytes)
@@ -362,15 +373,26 @@ class MpiTransport(LocalTransport):
             if size <= SMALL_FRAME and not queue:
                 frame = np.empty(size, np.uint8)
                 probe.Recv(frame)
-                msg, requests = self._open(frame, size, source, comm)
-                if requests:  # its arrays follow on the bulk tag
-                    queue.append(_Incoming(frame, size, requests, msg))
-                else:
-                    self._deliver(msg)
+                self._open_now(frame, size, source, comm, queue)
+                continue
+            frame = self.buffers.take(-(-size // FRAME_ROUND) * FRAME_ROUND)
+            request = probe.Irecv(frame)
+            if not queue and request.Test():  # often so within a host: read it in this poll
+                self._open_now(frame, size, source, comm, queue)
             else:
-                frame = self.buffers.take(-(-size // FRAME_ROUND) * FRAME_ROUND)
-                queue.append(_Incoming(frame, size, [probe.Irecv(frame)]))
+                queue.append(_Incoming(frame, size, [request]))
         return received > 0
+
+    def _open_now(
+        self, frame: np.ndarray, size: int, source: int, comm: Any, queue: deque[_Incoming]
+    ) -> None:
+        """Read a frame received whole from a source with nothing before it pending: deliver
+        its message, or queue it while the arrays that follow it arrive."""
+        msg, requests = self._open(frame, size, source, comm)
+        if requests:  # its arrays follow on the bulk tag
+            queue.append(_Incoming(frame, size, requests, msg))
+        else:
+            self._deliver(msg)
 
     def _open(
         self, frame: np.ndarray, size: int, source: int, comm: Any
@@ -381,7 +403,7 @@ class MpiTransport(LocalTransport):
         if body is None:
             self.buffers.give(frame)
         elif body[0] == "inline":
-            msg.arrays = views(frame[size - body[2] : size], body[1])
+            msg.arrays = views_of(frame[size - body[2] : size], body[1])
         else:
             self.buffers.give(frame)
             msg.arrays, requests = self._post_receives(body, source, comm)
@@ -394,9 +416,9 @@ class MpiTransport(LocalTransport):
         """The arrays of a frame whose arrays follow it, and the receives that fill them, posted
         in the order they were sent."""
         if body[0] == "packed":
-            _, layout, nbytes = body
+            _, blob, nbytes = body
             raw = self.buffers.take(nbytes)
-            return views(raw, layout), self._irecv(raw, source, comm)
+            return views_of(raw, blob), self._irecv(raw, source, comm)
         arrays, requests = {}, []
         for name, dtype, shape in body[1]:
             dt = np.dtype(dtype)
@@ -411,7 +433,9 @@ class MpiTransport(LocalTransport):
 
     def recycle(self, arrays: dict[str, np.ndarray] | None) -> None:
         """Give received arrays back once their contents were copied elsewhere (see BufferPool)."""
-        if arrays:
+        if isinstance(arrays, PackedBatch):  # received columns of one buffer
+            self.buffers.give(arrays.buffer)
+        elif arrays:
             for array in arrays.values():
                 self.buffers.give(array)
 

@@ -7,12 +7,14 @@ import numpy as np
 from hpcmarl.comm.packing import (
     PackedBatch,
     allocate_packed,
+    layout_blob,
     layout_of,
     merge_leading,
     pack,
     plan_layout,
     spec_of,
     views,
+    views_of,
 )
 from hpcmarl.comm.transport import BufferPool, byte_chunks
 
@@ -70,3 +72,28 @@ def test_buffer_pool_reuses_only_what_it_lent_and_was_given_back() -> None:
     assert pool.take(1024) is first
     pool.give(np.empty(1024, np.uint8))  # a stranger: ignored
     assert pool.take(1024) is not first
+
+
+def test_a_layout_sent_as_bytes_is_pickled_once_and_read_back_the_same() -> None:
+    batch = pack(sample_batch())
+    blob = layout_blob(batch.layout)
+    assert layout_blob(batch.layout) is blob  # pickled once per layout object
+    assert allocate_packed(spec_of(batch)).layout is allocate_packed(spec_of(batch)).layout
+    received = views_of(batch.buffer.copy(), blob)
+    assert received.layout == batch.layout
+    assert views_of(batch.buffer, blob).layout is received.layout  # read once per layout
+    for name, array in sample_batch().items():
+        assert received[name].dtype == array.dtype
+        assert np.array_equal(received[name], array)
+
+
+def test_buffer_pool_forgets_a_lent_buffer_collected_without_coming_back() -> None:
+    pool = BufferPool()
+    lent = pool.take(256)
+    assert len(pool.lent) == 1
+    del lent
+    assert not pool.lent
+    kept = pool.take(256)
+    pool.give(kept[10:20])
+    pool.give(kept)  # given twice: kept once
+    assert pool.free[256] == [kept]

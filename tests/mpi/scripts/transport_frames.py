@@ -16,7 +16,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from hpcmarl.comm.packing import allocate_packed, views
+from hpcmarl.comm.packing import allocate_packed, views_of
 from hpcmarl.comm.protocol import Message
 from hpcmarl.comm.transport import BULK_TAG, FRAME_TAG, INLINE_LIMIT, MpiTransport
 
@@ -65,7 +65,7 @@ def check(comm: object, expected: list[Message]) -> bool:
             ok &= body[0] != "inline" and frame.nbytes < 4096  # the arrays follow
             continue
         ok &= body[0] == "inline"
-        arrays = views(frame[frame.nbytes - body[2] :], body[1])
+        arrays = views_of(frame[frame.nbytes - body[2] :], body[1])
         for name, array in msg.arrays.items():
             ok &= array.tobytes() == arrays[name].tobytes()
     # Only the large message's array came on the bulk tag.
