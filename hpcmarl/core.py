@@ -105,6 +105,15 @@ class Role:
         extend this."""
         self.lost_peers |= names
 
+    def on_peers_back(self, names: set[str]) -> None:
+        """Lost peers replaced by a new rank (`launch/respawn_run.py`): their messages count
+        again, from zero, as the replacement counts what it sends from zero. Roles that keep
+        state per peer extend this."""
+        self.lost_peers -= names
+        for name in names:
+            self.received_bulk.pop(name, None)
+            self.sent_bulk.pop(name, None)
+
     def in_flight(self) -> bool:
         """Something only polling finishes is under way (a collective, a checkpoint written on
         a thread): the rank must keep polling instead of waiting for a peer's message."""

@@ -43,11 +43,13 @@ class Respawned:
 
 
 def respawn(
-    comm: Any, count: int, args: list[str], host: str | None = None, root: int = 0
+    comm: Any, count: int | None, args: list[str], host: str | None = None, root: int = 0
 ) -> Respawned:
     """Spawn `count` processes running `python ARGS` and merge them with the survivors of
-    `comm`. Collective over every survivor of `comm`, which must have acknowledged the failures
-    it knows (`LostRanks.refresh`); ranks that die meanwhile are left out by `Shrink`.
+    `comm`; None spawns one per rank `Shrink` left out, a count every survivor agrees on
+    although each may have heard of a different set of losses so far. Collective over every
+    survivor of `comm`, which must have acknowledged the failures it knows
+    (`LostRanks.refresh`); ranks that die meanwhile are left out by `Shrink`.
     `root` is the survivors' rank (in the shrunk world) whose `args` and `host` count; `host`
     (Open MPI's Info key) places the replacements, by default where the runtime finds a slot."""
     from mpi4py import MPI
@@ -59,6 +61,8 @@ def respawn(
         try:
             if host is not None:
                 info.Set("host", host)
+            if count is None:
+                count = comm.Get_size() - shrunk.Get_size()
             intercomm = shrunk.Spawn(sys.executable, args, maxprocs=count, info=info, root=root)
         finally:
             info.Free()

@@ -342,6 +342,12 @@ class RuntimeConfig:
     `tools/mpirun.sh` (and so `slurm/train.sh`) turns on (`mpirun --with-ft ulfm`) for a job
     that sets this key, in its job file or on the command line;
     elsewhere (MPICH, `srun`, mpirun without it) the job fails fast and says so at start."""
+    respawn_collectors: bool = False
+    """Under `fault_tolerance: collectors`, replace a lost collector rank during the run: the
+    ranks left spawn a new one (`MPI_Comm_spawn`, launch/respawn_run.py) that hosts the lost
+    rank's collectors, pulls weights and takes tasks again. Off by default for now: a loss
+    heard once the job's stop has begun ends the job (docs/failure-modes.md). False goes on
+    with the collectors left."""
     stall_timeout_s: float | None = 300.0
     """A run whose env steps and learner updates both stay still this long (every role alive,
     but each waiting on another) fails with what waits on what: the tasks running, the roles

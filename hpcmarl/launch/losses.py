@@ -98,9 +98,14 @@ def fault_tolerance_line(cfg: JobConfig, under_mpi: bool) -> str:
     if not under_mpi:
         return "hpcmarl: fault tolerance: none in one process (runtime.fault_tolerance)"
     if ulfm_enabled():
+        goes_on = (
+            "a new rank replaces it"
+            if cfg.runtime.respawn_collectors
+            else "the run goes on without it"
+        )
         return (
             "hpcmarl: fault tolerance: collectors (a rank hosting only collectors may die; "
-            "the run goes on without it)"
+            f"{goes_on})"
         )
     return (
         "hpcmarl: fault tolerance: off, so any lost rank ends the job: it needs Open MPI "

@@ -15,7 +15,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..comm.doorbell import make_doorbell
@@ -65,6 +65,7 @@ from .preflight import (
     unmake_run_dir,
 )
 from .profiling import profiled
+from .respawn_run import leave_worlds, replace_lost
 from .resume import find_resume_point, restore_roles
 from .run_lock import abandon_run_dir, release_run_dir
 from .signal_lead import check_signal_lead
@@ -94,6 +95,8 @@ class Plan:
     made_dirs: tuple[str, ...] = ()
     """The directories rank 0 made for the run directory, deepest first: removed again when
     another host refuses it (`hosts.check_hosts`), so that a refused job leaves nothing."""
+    worlds: list[Any] = field(default_factory=list)
+    """The worlds merged with replacements of lost ranks (respawn_run.py), oldest first."""
 
     @functools.cached_property
     def wiring(self) -> Wiring:
@@ -267,6 +270,7 @@ def run_rank(plan: Plan, comm: Any, rank: int) -> int:
         transport.finish(plan.cfg.runtime.shutdown_timeout_s)
         close_roles(roles)
         if isinstance(transport, MpiTransport) and transport.lost_any:
+            leave_worlds(plan.worlds)  # with the replacements, which end through MPI_Finalize
             exit_now(exit_code_of(roles))  # MPI_Finalize hangs once a rank is gone
         return exit_code_of(roles)
     except Exception as err:  # noqa: BLE001 - any failure must end the whole world
@@ -325,6 +329,7 @@ def poll_until_finished(
         current[0] = role
         role.start()
     relays = not any(role.kind == "commander" for role in roles)
+    respawns = cfg.runtime.fault_tolerance == "collectors" and cfg.runtime.respawn_collectors
     while not all(role.finished for role in roles):
         if relays:
             signals.relay_to_commander(transport.rank)
@@ -336,6 +341,8 @@ def poll_until_finished(
             on_ranks_lost(
                 lost, every_lost, roles, plan.topology, tolerance, transport.rank, plan.run_dir
             )
+            if respawns:  # only collectors were lost, or on_ranks_lost ended the job
+                plan.worlds.append(replace_lost(transport, plan, roles))  # type: ignore[arg-type]
         for role in roles:
             if not role.finished:
                 current[0] = role

@@ -82,6 +82,10 @@ class Commander(Role):
         """(when, env steps, updates) at the last change of either: `check_stall`."""
         self.last_loop: tuple[float, float] | None = None
         """(monotonic, CPU) time when this loop last ran: `notice_suspension`."""
+        self.lost_at: dict[str, float] = {}
+        """Collectors lost, each with when the loss was heard: a replacement's row times it."""
+        self.respawns: dict[str, dict] = {}
+        """Replaced collectors yet to take their first task, each with its `rank_respawned` row."""
 
     def schedule_context(self, bindings: dict[str, str]) -> Context:
         groups = {
@@ -266,6 +270,7 @@ class Commander(Role):
             self.awaiting_ack.discard(collector)
             self.checkpoints.forget(collector)
             self.stats.collectors_lost += 1
+            self.lost_at[collector] = time.monotonic()
         if lost:
             self.sink.record(
                 "rank_lost",
@@ -282,6 +287,49 @@ class Commander(Role):
             )
         if not self.collectors and self.phase == "running" and not self.stats.offline:
             raise RuntimeError(f"lost every collector ({where}): nothing left to collect")
+
+    def on_peers_back(self, names: set[str]) -> None:
+        """Lost collectors that a new rank hosts again (`launch/respawn_run.py`): they take
+        tasks again (`increase_collector_task_space` when the space had shrunk for them), the
+        heartbeat clock and the shutdown count them, and a `rank_respawned` row follows their
+        first task, timed from the loss."""
+        super().on_peers_back(names)
+        back = [name for name in self.topology.names("collector") if name in names]
+        for collector in back:
+            if collector in self.collectors:
+                continue
+            self.collectors.append(collector)
+            if self.collector_space.capacity < len(self.collectors) and (
+                self.cfg.commander.collector_task_space in (None, 0)
+            ):
+                self.increase_collector_task_space()
+            self.last_seen[collector] = now = time.monotonic()
+            lost_at = self.lost_at.pop(collector, now)
+            self.respawns[collector] = {
+                "role": collector,
+                "lost_at": lost_at,
+                "respawn_s": round(now - lost_at, 3),
+            }
+            self.stats.collectors_respawned += 1
+            if self.phase != "running":  # the job stops: so does the replacement, at once
+                self.send("stop", collector, {"reason": self.stop_reason, "exit_code": 0})
+                if self.phase == "draining":
+                    self.awaiting_ack.add(collector)
+        if back:
+            self.sink.say(
+                f"hpcmarl: respawned {', '.join(back)}; {len(self.collectors)} collectors "
+                f"at {self.position()}"
+            )
+
+    def note_first_task(self, collector: str) -> None:
+        """A replaced collector's first task: its `rank_respawned` row, with the seconds from
+        its loss to this task (the replacement's cost to the run)."""
+        row = self.respawns.pop(collector)
+        seconds = time.monotonic() - row.pop("lost_at")
+        self.sink.record(
+            "rank_respawned",
+            {**row, "seconds_to_first_task": round(seconds, 3), "env_steps": self.stats.env_steps},
+        )
 
     def notify_fail_collector_task(self, collector: str, cause: str) -> None:
         """The task a lost collector held is released like a failed one; what it inserted
@@ -424,6 +472,8 @@ class Commander(Role):
             if not self.collector_space.acquire():
                 raise RuntimeError("the schedule granted collector tasks beyond the task space")
             self.waiting_collectors.remove(grant.role)
+            if grant.role in self.respawns:
+                self.note_first_task(grant.role)
         else:
             self.learner_space.acquire()
             self.waiting_learners.discard(grant.role)

@@ -155,6 +155,14 @@ class ReplayShard(Role):
         for collector in self.collectors:
             self.send("credit", collector, {"n": self.cfg.insert_credits})
 
+    def on_peers_back(self, names: set[str]) -> None:
+        """A replaced collector starts without credit, as every collector does: the credits
+        its lost rank held are given again."""
+        super().on_peers_back(names)
+        for collector in self.collectors:
+            if collector in names:
+                self.send("credit", collector, {"n": self.cfg.insert_credits})
+
     def load_dataset(self, batches: Iterable[tuple[str, dict[str, np.ndarray]]]) -> None:
         """Insert this shard's share of an offline dataset, oldest rows first; a large share
         takes a while, so the commander keeps hearing from the shard."""

@@ -31,6 +31,8 @@ class RunStats:
         """Per agent, the mean return of the last evaluation."""
         self.collectors_lost = 0
         """Collectors whose rank died while the run went on (runtime.fault_tolerance)."""
+        self.collectors_respawned = 0
+        """Lost collectors a new rank hosts again (runtime.respawn_collectors)."""
         self._last = (self.start, 0, 0)
 
     def counters(self) -> dict[str, Any]:
@@ -135,6 +137,7 @@ class RunStats:
             "replay_dropped": self.replay_dropped(),
             "version_lag": self.version_lag(),
             "collectors_lost": self.collectors_lost,
+            "collectors_respawned": self.collectors_respawned,
             "eta_s": self.eta(steps_per_s, updates_per_s, schedule_done),
         }
 

@@ -1,0 +1,45 @@
+"""A lost collector replaced during the run (`runtime.respawn_collectors`, under
+`runtime.fault_tolerance: collectors`): collector1's rank killed with `kill -9` mid-run, the
+ranks left spawn a new one that hosts collector1 again; it takes tasks, the run reaches its step
+budget with exit 0, and its final checkpoint resumes in one process."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from hpcmarl.testing.ranks import rank_pids
+
+from ..mpi.conftest import BackgroundJob, progress_rows
+from .test_elastic import SEVEN_RANKS, TOLERANT, rows
+from .test_elastic_kills import check_survived
+from .test_failures import open_mpi
+
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.skipif(not open_mpi(), reason="fault tolerance needs Open MPI's ULFM"),
+]
+
+
+def test_a_killed_collector_is_replaced_and_takes_tasks(tmp_path: Path) -> None:
+    budget = ["commander.max_env_steps=3000", "checkpoint.at_end=true"]
+    respawn = ["runtime.respawn_collectors=true"]
+    job = BackgroundJob(
+        7, [*TOLERANT, *respawn, *SEVEN_RANKS, *budget, f"runtime.run_dir={tmp_path}"]
+    )
+    job.wait_for(progress_rows(tmp_path, 1), 120, "a progress row")
+    os.kill(rank_pids(tmp_path)[5], signal.SIGKILL)  # collector1
+    out, err = job.finish(180, "a run that replaced collector1")
+    assert job.returncode == 0, err[-3000:]
+    assert "a new rank replaces it" in out  # the start-up's fault tolerance line
+    assert "hpcmarl: respawned collector1; 3 collectors" in out
+    (back,) = rows(tmp_path, "rank_respawned")
+    assert back["role"] == "collector1"
+    assert 0 < back["respawn_s"] <= back["seconds_to_first_task"]
+    assert rows(tmp_path, "progress")[-1]["collectors_respawned"] == 1
+    episodes = [r for r in rows(tmp_path, "episode") if r["collector"] == "collector1"]
+    assert [r for r in episodes if r["env_steps"] > back["env_steps"]], "no episode replaced"
+    check_survived(tmp_path, out, ["collector1"], 3000)
