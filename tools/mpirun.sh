@@ -139,6 +139,14 @@ fi
 exec_mpirun "$@" &
 pid=$!
 set +m
+# Fault tolerance on: a rank lost before MPI is up everywhere would leave the others waiting in
+# MPI_Init for good; hpcmarl/launch/start_watch.py ends the job then (this host's ranks).
+start_watch=""
+if [[ " ${extra[*]} " == *" --with-ft ulfm "* ]] && [ -n "${HPCMARL_RANK_MAP:-}" ]; then
+  "$python" "$root/hpcmarl/launch/start_watch.py" "$pid" "$HPCMARL_RANK_MAP" \
+    "$watch_dir/lost-at-start" &
+  start_watch=$!
+fi
 rc=""
 while [ -z "$rc" ]; do
   if [ -n "$relay_at" ] && [ "$SECONDS" -ge "$relay_at" ]; then
@@ -152,5 +160,10 @@ while [ -z "$rc" ]; do
     wait $! || true
   fi
 done
-report_lost_rank "$rc"
+[ -z "$start_watch" ] || kill "$start_watch" 2>/dev/null || true
+if [ -n "$start_watch" ] && [ -e "$watch_dir/lost-at-start" ]; then
+  rc=76 # start_watch.py named the rank; requeued like any lost rank
+else
+  report_lost_rank "$rc"
+fi
 exit "$rc"

@@ -131,6 +131,7 @@ class Ended:
 
 def launch_job(job: JobSource, overrides: Sequence[str]) -> Ended:
     """Run the job on this rank: `python -m hpcmarl` and `hpcmarl.train` both come here."""
+    faults.strike_before_mpi()
     comm = world_comm()
     rank = comm.Get_rank() if comm is not None else 0
     topology = None

@@ -7,7 +7,8 @@ to prove that any role's failure ends the whole job quickly instead of hanging i
 the poll number, a message kind (`stop`, `checkpoint`, ...) makes the fault strike before the
 poll that would handle the first such message: a kill at a moment of the protocol, which no
 timing from outside the job can hit reliably; `start` strikes the rank hosting the role as it
-sets up its transport, while every rank is still in the job's start-up collectives.
+sets up its transport, while every rank is still in the job's start-up collectives; and
+`rank<R>:init:<action>` strikes rank R before it starts MPI (`MPI_Init`).
 
 `HPCMARL_FAULT_WRITE_DELAY=<role kind or name>:<seconds>[:<writes>]` makes that role's checkpoint
 writer wait before it writes, as a slow filesystem would: tests use it to see the role's loop
@@ -63,6 +64,14 @@ def strike_at_start(names: list[str], kinds: list[str]) -> None:
     spec = _current()
     if spec is not None and spec[1] == "start" and spec[0] in (*names, *kinds):
         _strike(spec[2], ", ".join(names), "start-up")
+
+
+def strike_before_mpi() -> None:
+    """Called once per process before MPI is initialised (its rank from Open MPI's launcher)."""
+    spec = _current()
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK")
+    if spec is not None and spec[1] == "init" and spec[0] == f"rank{rank}":
+        _strike(spec[2], spec[0], "start, before MPI_Init")
 
 
 def _current() -> tuple[str, int | str, str] | None:

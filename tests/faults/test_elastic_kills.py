@@ -6,11 +6,13 @@ names what it lost, and its final checkpoint resumes. The moments are events, ne
 the first two kills are struck by the rank itself (`HPCMARL_FAULT=collector1:1:kill` at its
 first poll, `collector1:stop:kill` before it handles the commander's stop), the third from
 outside once the first training episode is in `metrics.jsonl`. A collector lost earlier, in
-the start-up collectives (`collector1:start:kill`), ends the job before training with one line.
+the start-up collectives (`collector1:start:kill`) or before MPI_Init (`rank5:init:kill`), ends
+the job before training with one line.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -60,7 +62,10 @@ def test_a_collector_killed_before_its_first_batch(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     assert "hpcmarl: lost rank 5 (collector1)" in result.stdout
     assert "hpcmarl: failed:" not in result.stderr
-    assert not [row for row in rows(tmp_path, "episode") if row["collector"] == "collector1"]
+    every = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    lost_at = next(i for i, row in enumerate(every) if row["kind"] == "rank_lost")
+    before = [row for row in every[:lost_at] if row.get("collector") == "collector1"]
+    assert not before  # no episode before its loss (a replacement's may come after)
     check_survived(tmp_path, result.stdout, ["collector1"], 1500)
 
 
@@ -79,6 +84,20 @@ def test_a_collector_killed_in_the_start_up_collectives_ends_the_job_with_one_li
         f"hpcmarl: failed: lost rank 5 (collector1) on host {host} during start-up, before "
         "training began: nothing was trained; start the job again (slurm/train.sh requeues it)"
     ], result.stderr[-3000:]
+    assert not rank_pids(tmp_path), "ranks left behind"
+
+
+def test_a_rank_killed_before_mpi_init_ends_the_job_instead_of_hanging_it(tmp_path: Path) -> None:
+    """Open MPI's fault-tolerant mpirun leaves the other ranks in MPI_Init for good; the
+    launcher's start-up watch (launch/start_watch.py) ends the job, named once, exit 76."""
+    kill = {"HPCMARL_FAULT": "rank5:init:kill"}
+    args = [*ARGS, "commander.max_env_steps=1500", f"runtime.run_dir={tmp_path}"]
+    result = run_mpi(7, ["-m", "hpcmarl", *args], 120, env=kill)
+    assert result.returncode == 76, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("hpcmarl: failed:")]
+    assert len(lines) == 1 and lines[0].startswith("hpcmarl: failed: lost rank 5 (pid "), lines
+    assert "during start-up, before every rank had MPI up" in lines[0]
+    assert "Killed" not in result.stderr
     assert not rank_pids(tmp_path), "ranks left behind"
 
 
