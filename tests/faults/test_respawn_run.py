@@ -13,9 +13,9 @@ import pytest
 
 from hpcmarl.testing.ranks import rank_pids
 
-from ..mpi.conftest import BackgroundJob, progress_rows
+from ..mpi.conftest import BackgroundJob
 from .test_elastic import SEVEN_RANKS, TOLERANT, rows
-from .test_elastic_kills import check_survived
+from .test_elastic_kills import check_survived, wrote
 from .test_failures import open_mpi
 
 pytestmark = [
@@ -30,7 +30,7 @@ def test_a_killed_collector_is_replaced_and_takes_tasks(tmp_path: Path) -> None:
     job = BackgroundJob(
         7, [*TOLERANT, *respawn, *SEVEN_RANKS, *budget, f"runtime.run_dir={tmp_path}"]
     )
-    job.wait_for(progress_rows(tmp_path, 1), 120, "a progress row")
+    job.wait_for(lambda: wrote(tmp_path, "episode"), 120, "a training episode's row")
     os.kill(rank_pids(tmp_path)[5], signal.SIGKILL)  # collector1
     out, err = job.finish(180, "a run that replaced collector1")
     assert job.returncode == 0, err[-3000:]
