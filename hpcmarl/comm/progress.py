@@ -121,6 +121,11 @@ class RequestPool:
         if not done:
             return 0
         finished = set(done)
+        if len(finished) == len(self._requests):  # all of them: the usual case of a poll
+            dests = zip(self._dests, self._rings, strict=True)
+            self.arrived.update(d for d, rings in dests if rings and d is not None)
+            self._requests, self._keepalive, self._dests, self._rings = [], [], [], []
+            return len(finished)
         self.arrived.update(
             d for i in finished if self._rings[i] and (d := self._dests[i]) is not None
         )
