@@ -87,9 +87,6 @@ def run_replacement() -> int:
     """A replacement's life: join the survivors, learn the job, run the lost rank's roles, and
     end through `MPI_Finalize` after freeing the merged world (`release`); a replacement that
     took part in a later respawn leaves with `exit_now`, as survivors do."""
-    from .build import build_roles
-    from .run import Plan, close_roles, configure_process, exit_code_of, poll_until_finished
-
     os.environ.pop("HPCMARL_FAULT", None)  # testing.faults strikes the job's first ranks only
     world = join_parents()
     if world is None:
@@ -99,6 +96,11 @@ def run_replacement() -> int:
     try:
         world.comm.allgather(socket.gethostname())
         cfg_dict, spec, run_dir, topology = world.comm.bcast(None, root=0)
+        # Imported once the survivors go on: torch alone takes seconds on a loaded host, and
+        # they wait in the spawn until this process has joined.
+        from .build import build_roles
+        from .run import Plan, close_roles, configure_process, exit_code_of, poll_until_finished
+
         plan = Plan(job_from_dict(cfg_dict), spec, topology, run_dir, worlds=[world])
         configure_process(plan.cfg, rank)
         transport = MpiTransport(topology.rank_of, world.comm)
