@@ -11,7 +11,10 @@ machine. Both run under fault tolerance: the kills are the only difference. Each
 - detection time: from the kill (wall clock here) to the commander's line
   `hpcmarl: lost rank R (collectorN) ...` reaching this script on the run's stdout, so it
   includes mpirun's forwarding of the line;
-- replacement time: not built (no replacement collector is spawned yet, issue 33 item 2);
+- replacement time, with `--respawn` (`runtime.respawn_collectors=true`): from the commander
+  hearing of the loss to the replacement's first task (the `rank_respawned` row's
+  `seconds_to_first_task`; add the detection time for the time from the kill); without it
+  no replacement is spawned ("off");
 - env steps lost, a bound: a killed collector's unfinished task is failed (`task_failed` row,
   cause `rank lost: ...`) and its steps are never counted, while what it inserted before is
   kept; at most the whole task (fragment_length x fragments_per_task x num_envs env steps) is
@@ -24,6 +27,7 @@ machine. Both run under fault tolerance: the kills are the only difference. Each
 
     .venv/bin/python tools/bench_faults.py [--algos dqn mappo] [--seeds 0 1 2] [--kills 1]
                                            [--collectors 4] [--steps 15000 60000] [--quick]
+                                           [--respawn]
 
 The defaults (12 runs) took 4 minutes on the 2-core VM at load 4; one seed of them took
 3.4 minutes at load 8.
@@ -93,6 +97,9 @@ class Run:
     rank_lost_rows: int = 0
     failed_tasks: int = 0
     steps_lost_bound: int = 0
+    replaced_s: list[float] = field(default_factory=list)
+    """Each replacement's seconds from its loss heard to its first task (`--respawn`)."""
+    respawn: bool = False
     tail: str = ""
 
 
@@ -102,11 +109,14 @@ def task_env_steps(algo: str) -> int:
     return cfg.collector.fragment_length * cfg.collector.fragments_per_task * cfg.env.num_envs
 
 
-def job_args(algo: str, seed: int, collectors: int, steps: int, run_dir: Path) -> list[str]:
+def job_args(
+    algo: str, seed: int, collectors: int, steps: int, run_dir: Path, respawn: bool
+) -> list[str]:
     return [
         JOBS[algo],
         f"seed={seed}",
         "runtime.fault_tolerance=collectors",
+        f"runtime.respawn_collectors={str(respawn).lower()}",
         "topology.param_servers=1",
         "topology.replay_shards=1",
         "topology.learners=1",
@@ -173,14 +183,21 @@ def collector_ranks(run_dir: Path, pids: dict[int, int]) -> dict[int, list[str]]
 
 
 def one_run(
-    algo: str, seed: int, collectors: int, steps: int, kills: int, run_dir: Path, episodes: int
+    algo: str,
+    seed: int,
+    collectors: int,
+    steps: int,
+    kills: int,
+    run_dir: Path,
+    episodes: int,
+    respawn: bool,
 ) -> Run:
     """The job to its step budget, killing `kills` collector ranks on the way."""
-    run = Run(algo, seed, faulty=kills > 0)
+    run = Run(algo, seed, faulty=kills > 0, respawn=respawn)
     rng = np.random.default_rng([seed, list(JOBS).index(algo), 33])
     targets = sorted(int(f * steps) for f in rng.uniform(*KILL_WINDOW, size=kills))
     cmd = hpcmarl_command(
-        OTHER_RANKS + collectors, job_args(algo, seed, collectors, steps, run_dir)
+        OTHER_RANKS + collectors, job_args(algo, seed, collectors, steps, run_dir, respawn)
     )
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -225,6 +242,7 @@ def one_run(
     ended = [r for r in rows if r["kind"] in ("finished", "progress")]
     run.env_steps = ended[-1]["env_steps"] if ended else 0
     run.rank_lost_rows = sum(r["kind"] == "rank_lost" for r in rows)
+    run.replaced_s = [r["seconds_to_first_task"] for r in rows if r["kind"] == "rank_respawned"]
     run.failed_tasks = sum(
         r["kind"] == "task_failed" and str(r.get("cause", "")).startswith("rank lost") for r in rows
     )
@@ -256,12 +274,13 @@ def fmt(value: float | None, spec: str = ".2f") -> str:
 
 def print_run(run: Run) -> None:
     detected = ", ".join(fmt(k.detected_s) for k in run.kills) or "-"
+    replaced = ", ".join(fmt(s) for s in run.replaced_s) or ("-" if run.respawn else "off")
     at = ", ".join(f"{k.at_env_steps:,}" for k in run.kills) or "-"
     lost = run.steps_lost_bound / run.env_steps if run.env_steps else None
     print(
         f"{run.algo:<6} {run.seed:>4} {'kill' if run.faulty else 'free':>5} {run.exit_code!s:>4}"
         f" {run.wall_s:>7.1f} {run.env_steps:>9,} {at:>16} {detected:>12}"
-        f" {'not built' if run.faulty else '-':>10} {run.failed_tasks:>6}"
+        f" {replaced if run.faulty else '-':>10} {run.failed_tasks:>6}"
         f" {run.steps_lost_bound if run.faulty else '-':>8}"
         f" {fmt(100 * lost if run.faulty and lost is not None else None, '.2f'):>7}"
         f" {fmt(run.last_eval):>9} {fmt(run.final_return):>9}",
@@ -277,6 +296,7 @@ def summarise(algo: str, runs: list[Run]) -> dict[str, Any]:
     free_returns = [r.final_return for r in free if r.final_return is not None]
     low, high = (min(free_returns), max(free_returns)) if free_returns else (None, None)
     detections = [k.detected_s for r in faulty for k in r.kills if k.detected_s is not None]
+    replaced = [s for r in faulty for s in r.replaced_s]
     killed = sum(len(r.kills) for r in faulty)
     shares = [r.steps_lost_bound / r.env_steps for r in faulty if r.env_steps]
     inside = [
@@ -296,7 +316,8 @@ def summarise(algo: str, runs: list[Run]) -> dict[str, Any]:
         if detections
         else None,
         f"{algo}_detection_s_max": round(max(detections), 3) if detections else None,
-        f"{algo}_replacement_s": "not built",
+        f"{algo}_replacement_s_max": round(max(replaced), 3) if replaced else None,
+        f"{algo}_replacements": len(replaced),
         f"{algo}_steps_lost_bound_max_ratio": round(max(shares), 5) if shares else None,
         f"{algo}_free_return_min": _round(low),
         f"{algo}_free_return_max": _round(high),
@@ -309,7 +330,8 @@ def summarise(algo: str, runs: list[Run]) -> dict[str, Any]:
     print(
         f"{algo}: {killed} kills, {len(detections)} detected, detection median "
         f"{fmt(fig[f'{algo}_detection_s_median'])} s, max {fmt(fig[f'{algo}_detection_s_max'])} s"
-        f" (target <= 2 s); replacement: not built; env steps lost <= "
+        f" (target <= 2 s); {len(replaced)} replaced, first task at most "
+        f"{fmt(fig[f'{algo}_replacement_s_max'])} s after the loss (target 5 s); env steps lost <= "
         f"{fmt(100 * max(shares) if shares else None)} % of a run's (bound, target <= 1 %); "
         f"final return of faulty runs {fig[f'{algo}_faulty_returns']} against fault-free "
         f"{fmt(low)} .. {fmt(high)}: {sum(inside)} of {len(faulty)} inside; random policy "
@@ -341,6 +363,11 @@ def main() -> None:
         type=int,
         default=50,
         help="greedy episodes that judge each run's final policy (0: skip)",
+    )
+    parser.add_argument(
+        "--respawn",
+        action="store_true",
+        help="runtime.respawn_collectors=true: a new rank replaces each lost collector",
     )
     args = parser.parse_args()
     if args.quick:
@@ -376,6 +403,7 @@ def main() -> None:
                         kills,
                         run_dir,
                         args.final_episodes,
+                        args.respawn,
                     )
                     runs.append(run)
                     print_run(run)
