@@ -36,20 +36,21 @@ def act_all(
     extras: dict[str, dict[str, np.ndarray]] = {}
     for key, agents in by_key.items():
         actor = actors[key]
+        spec = actor.spec
         key_greedy = greedy if isinstance(greedy, bool) else key in greedy
         index = None
-        if actor.spec.agent_ids:
+        if spec.agent_ids:
             index = np.repeat(np.arange(len(agents)), len(obs[agents[0]]))
-        recurrent = memory if actor.spec.recurrent else None
+        recurrent = memory if spec.recurrent else None
         state = None
         if recurrent is not None:
-            state = recurrent.joined(agents, len(obs[agents[0]]), actor.spec.recurrent)
+            state = recurrent.joined(agents, len(obs[agents[0]]), spec.recurrent)
         result = actor.act(
-            _joined([obs[a] for a in agents]),
+            _joined(obs, agents),
             rng,
             env_steps=env_steps,
             greedy=key_greedy,
-            action_mask=None if masks is None else _joined([masks[a] for a in agents]),
+            action_mask=None if masks is None else _joined(masks, agents),
             recurrent_state=state,
             agent_index=index,
         )
@@ -66,9 +67,10 @@ def act_all(
     return actions, extras
 
 
-def _joined(arrays: list[np.ndarray]) -> np.ndarray:
-    """The agents' rows stacked (one agent's as they are: no copy on the common path)."""
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+def _joined(arrays: dict[str, np.ndarray], agents: list[str]) -> np.ndarray:
+    """The agents' rows stacked (one agent's as they are: no copy, and no list made, on the
+    common path)."""
+    return arrays[agents[0]] if len(agents) == 1 else np.concatenate([arrays[a] for a in agents])
 
 
 class Memory:
@@ -85,7 +87,7 @@ class Memory:
             if state is None or state.shape != (copies, width):
                 state = np.zeros((copies, width), np.float32)
             parts.append(state)
-        return _joined(parts)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def store(self, agents: list[str], joined: np.ndarray) -> None:
         rows = len(joined) // len(agents)
