@@ -61,11 +61,13 @@ def replace_lost(transport: MpiTransport, plan: Any, roles: list[Role]) -> Respa
         on_ranks_lost(unheard, lost, roles, old, tolerance, transport.rank, plan.run_dir)
     hosts = world.comm.allgather(socket.gethostname())
     topology = renumbered(old, world, hosts)
-    payload = (job_to_dict(plan.cfg), plan.spec, plan.run_dir, topology)
+    back = set(lost_roles(old, lost))
+    for name in back:
+        plan.respawns[name] = plan.respawns.get(name, 0) + 1
+    payload = (job_to_dict(plan.cfg), plan.spec, plan.run_dir, topology, plan.respawns)
     world.comm.bcast(payload if world.comm.Get_rank() == 0 else None, root=0)
     transport.rebind(world.comm, topology.rank_of, world.new_rank)
     plan.topology = topology
-    back = set(lost_roles(old, lost))
     for role in roles:
         if not role.finished:
             role.on_peers_back(back)
@@ -95,16 +97,21 @@ def run_replacement() -> int:
     rank = world.comm.Get_rank()
     try:
         world.comm.allgather(socket.gethostname())
-        cfg_dict, spec, run_dir, topology = world.comm.bcast(None, root=0)
+        cfg_dict, spec, run_dir, topology, respawns = world.comm.bcast(None, root=0)
         # Imported once the survivors go on: torch alone takes seconds on a loaded host, and
         # they wait in the spawn until this process has joined.
+        from ..roles.collector import Collector
         from .build import build_roles
         from .run import Plan, close_roles, configure_process, exit_code_of, poll_until_finished
 
         plan = Plan(job_from_dict(cfg_dict), spec, topology, run_dir, worlds=[world])
+        plan.respawns = respawns
         configure_process(plan.cfg, rank)
         transport = MpiTransport(topology.rank_of, world.comm)
         roles = build_roles(plan.cfg, spec, topology, transport, None, run_dir, plan.wiring)
+        for role in roles:
+            if isinstance(role, Collector):
+                role.episodes.rebase(respawns[role.name])
         current: list[Role | None] = [None]
         poll_until_finished(roles, transport, plan, current)
         transport.finish(plan.cfg.runtime.shutdown_timeout_s)

@@ -97,6 +97,8 @@ class Plan:
     another host refuses it (`hosts.check_hosts`), so that a refused job leaves nothing."""
     worlds: list[Any] = field(default_factory=list)
     """The worlds merged with replacements of lost ranks (respawn_run.py), oldest first."""
+    respawns: dict[str, int] = field(default_factory=dict)
+    """How many times each role was replaced (respawn_run.py): its episode ids' generation."""
 
     @functools.cached_property
     def wiring(self) -> Wiring:

@@ -441,6 +441,11 @@ class Collector(Role):
         self.task = None
 
 
+EPISODES_PER_GENERATION = 10**8
+"""Episode ids of one process of a collector: a replacement's start this far above the last
+one's (`EpisodeTracker.rebase`), below the next collector's (index x 10**9)."""
+
+
 class EpisodeTracker:
     """Episode ids, lengths and returns of each env copy; finished episodes since task start.
 
@@ -460,6 +465,14 @@ class EpisodeTracker:
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
         self.finished_ids: list[int] = []
+
+    def rebase(self, generation: int) -> None:
+        """Number episodes apart from every earlier process of this collector: a replacement
+        of a lost rank (`generation` 1, 2, ...) must not reuse the ids of the episodes its
+        predecessor left in replay (compact tables link a run's frames by episode id)."""
+        first = generation * EPISODES_PER_GENERATION  # `count` stays what a checkpoint keeps
+        self.ids = self.base + first + np.arange(len(self.ids), dtype=np.int64)
+        self.count = first + len(self.ids)
 
     def restart(self) -> None:
         """Fresh episodes in every copy (their environment was recreated)."""

@@ -42,4 +42,6 @@ def test_a_killed_collector_is_replaced_and_takes_tasks(tmp_path: Path) -> None:
     assert rows(tmp_path, "progress")[-1]["collectors_respawned"] == 1
     episodes = [r for r in rows(tmp_path, "episode") if r["collector"] == "collector1"]
     assert [r for r in episodes if r["env_steps"] > back["env_steps"]], "no episode replaced"
+    ids = [r["episode_id"] for r in episodes]
+    assert len(ids) == len(set(ids)), "the replacement reused its predecessor's episode ids"
     check_survived(tmp_path, out, ["collector1"], 3000)
