@@ -123,4 +123,5 @@ def format_progress(row: dict[str, Any]) -> str:
         f"  eval {_fmt(row.get('eval_return'), '.1f')}{agents}  replay {row['replay_fill']:.0%}"
         f"  lag {_fmt(row.get('version_lag'), 'd')}  eta {_fmt(eta, '.0f')}s"
         + (f"  lost {row['collectors_lost']} collector(s)" if row.get("collectors_lost") else "")
+        + (f", {row['collectors_respawned']} replaced" if row.get("collectors_respawned") else "")
     )

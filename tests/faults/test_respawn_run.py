@@ -40,6 +40,7 @@ def test_a_killed_collector_is_replaced_and_takes_tasks(tmp_path: Path) -> None:
     assert back["role"] == "collector1"
     assert 0 < back["respawn_s"] <= back["seconds_to_first_task"]
     assert rows(tmp_path, "progress")[-1]["collectors_respawned"] == 1
+    assert "lost 1 collector(s), 1 replaced" in out  # the progress line
     episodes = [r for r in rows(tmp_path, "episode") if r["collector"] == "collector1"]
     assert [r for r in episodes if r["env_steps"] > back["env_steps"]], "no episode replaced"
     ids = [r["episode_id"] for r in episodes]
