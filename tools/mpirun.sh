@@ -140,9 +140,12 @@ exec_mpirun "$@" &
 pid=$!
 set +m
 # Fault tolerance on: a rank lost before MPI is up everywhere would leave the others waiting in
-# MPI_Init for good; hpcmarl/launch/start_watch.py ends the job then (this host's ranks).
+# MPI_Init for good; hpcmarl/launch/start_watch.py ends the job then (this host's ranks). Only
+# an hpcmarl job writes the rank map that tells the watch MPI is up: another program's losses
+# (tools/bench_respawn.py's, on purpose) are its own to handle.
 start_watch=""
-if [[ " ${extra[*]} " == *" --with-ft ulfm "* ]] && [ -n "${HPCMARL_RANK_MAP:-}" ]; then
+if [[ " ${extra[*]} " == *" --with-ft ulfm "* ]] && [ -n "${HPCMARL_RANK_MAP:-}" ] \
+  && [[ " $* " == *" -m hpcmarl "* ]]; then
   "$python" "$root/hpcmarl/launch/start_watch.py" "$pid" "$HPCMARL_RANK_MAP" \
     "$watch_dir/lost-at-start" &
   start_watch=$!
