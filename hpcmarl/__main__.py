@@ -59,13 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         from .launch.scaling import scale_main
 
         return scale_main(args[1:])
-    if args and args[0] == "train":
-        args = args[1:]
-    job_path = args[0] if args and "=" not in args[0] else None
-    overrides = args[1:] if job_path is not None else args
+    from .config.loader import command_job
     from .launch.run import run_job
 
-    return run_job(job_path, overrides)
+    return run_job(*command_job(args))
 
 
 def explain_keys(args: list[str]) -> int:

@@ -207,6 +207,15 @@ JobSource = str | os.PathLike | Mapping[str, Any] | None
 """A job file's path, the same keys as a mapping (`hpcmarl.train`), or None: the default job."""
 
 
+def command_job(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The job file and overrides of `python -m hpcmarl [train] [JOB.yaml] [key=value ...]`:
+    the first word names the job file unless it is an override (then the default job runs).
+    The launcher reads a command line the same way (`launch/launcher_options.py`)."""
+    args = list(args[1:] if args and args[0] == "train" else args)
+    job = args[0] if args and "=" not in args[0] else None
+    return job, args[1:] if job is not None else args
+
+
 def load_job(job: JobSource, overrides: Sequence[str] = ()) -> JobConfig:
     """The job to run, with overrides on top: a job file, a mapping of the keys a job file
     holds (never changed here), or, if None, the built-in default job."""

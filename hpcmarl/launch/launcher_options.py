@@ -34,12 +34,11 @@ def job_and_overrides(args: Sequence[str]) -> tuple[str | None, list[str]] | Non
     subcommands (analysis, export, scale), which start no training world."""
     if args and args[0] == "resume":
         return (os.path.join(args[1], "config.yaml"), list(args[2:])) if len(args) > 1 else None
-    if args and args[0] == "train":
-        args = args[1:]
     if args and (args[0].startswith("-") or args[0] in NOT_TRAINING):
         return None
-    job = args[0] if args and "=" not in args[0] else None
-    return job, list(args[1:] if job is not None else args)
+    from ..config.loader import command_job
+
+    return command_job(args)
 
 
 def fault_tolerance(command: Sequence[str]) -> str:
