@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ..comm.credits import CreditReturn
 from ..comm.protocol import Message
 from ..comm.transport import LocalTransport
 from ..config.schema import ReplayConfig
@@ -97,6 +98,8 @@ class ReplayShard(Role):
         self.pending_samples: deque[Message] = deque()
         self.samples_served = 0
         self.collectors = collectors
+        self.credits = CreditReturn(self.send_credit, cfg.insert_credits)
+        """Credits owed to collectors, one message per collector at the end of each poll."""
         self.dataset = dataset
         self.restored = False
 
@@ -173,7 +176,7 @@ class ReplayShard(Role):
 
     def handle_batch(self, msg: Message) -> None:
         if self.writing and not self.deterministic and self.credit_early(msg):
-            self.send("credit", msg.src, {"n": 1, "inserted": 1})
+            self.credits.owe(msg.src)
             msg.meta["credited"] = True
         self.pending_inserts.append(msg)
 
@@ -200,6 +203,15 @@ class ReplayShard(Role):
         """Drain mode (shutdown, checkpoint): insert and sample without the ratio."""
         for limiter in self.limiters.values():
             limiter.relaxed = bool(msg.meta.get("on", True))
+
+    def send_credit(self, collector: str, meta: dict[str, Any]) -> None:
+        """How `self.credits` sends one collector what it is owed."""
+        self.send("credit", collector, meta)
+
+    def poll(self) -> bool:
+        """The role's poll, then the credits it earned, one message per collector."""
+        progressed = super().poll()
+        return self.credits.flush() or progressed
 
     def work(self) -> bool:
         progressed = self.insert_allowed_batches()
@@ -233,9 +245,9 @@ class ReplayShard(Role):
                 continue
             assert msg.arrays is not None
             table = self.tables[group]
-            ack: dict = {"n": 1, "inserted": 1}
+            ids: dict[str, Any] | None = None
             if isinstance(table, ItemQueue):  # the ids let the commander assign exact ranges
-                ack |= {
+                ids = {
                     "group": group,
                     "first": table.insert(msg.arrays),
                     "items": msg.meta["items"],
@@ -246,7 +258,7 @@ class ReplayShard(Role):
                 limiter.on_insert(len(msg.arrays["rewards"]))
             self.transport.recycle(msg.arrays)
             if msg.src and not msg.meta.get("credited"):  # restored batches owe no credit
-                self.send("credit", msg.src, ack)
+                self.credits.owe(msg.src, ids)
             inserted += 1
         return inserted > 0
 
@@ -281,7 +293,7 @@ class ReplayShard(Role):
         self.stale += 1
         self.transport.recycle(msg.arrays)
         if msg.src and not msg.meta.get("credited"):
-            self.send("credit", msg.src, {"n": 1, "inserted": 1})
+            self.credits.owe(msg.src)
 
     def serve_allowed_samples(self) -> bool:
         served = 0

@@ -48,3 +48,9 @@ def test_an_idle_rank_wakes_on_its_doorbell_not_its_timeout() -> None:
 @pytest.mark.mpi
 def test_a_frame_its_receiver_has_not_matched_rings_it_again() -> None:
     assert_every_rank_ok("doorbell_rings_again.py", 2, timeout=120)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_batched_credits_hold_a_fast_producer_to_its_window(ranks: int) -> None:
+    assert_every_rank_ok("credit_backpressure.py", ranks, timeout=180)
