@@ -73,8 +73,10 @@ class Policy:
         sample: bool = False,
         agent_index: Any = None,
     ) -> Any:
-        """Actions (int64) for `observations`: greedy by default; with `sample`, drawn as in
-        training (softmax sampling, or epsilon-greedy at the final epsilon). `legal_mask`
+        """Actions (int64, or for a continuous policy float32 [B, action_dim] clipped to its
+        bounds) for `observations`: greedy by default (a Gaussian policy's mean); with
+        `sample`, drawn as in training (softmax or Gaussian sampling, or epsilon-greedy at the
+        final epsilon). `legal_mask`
         (bool [B, n_actions]) rules actions out; `agent_index` ([B]) is needed by a policy
         shared by agents told apart by index (`spec.agent_ids`)."""
         obs, single = self._batch(observations)
@@ -91,7 +93,10 @@ class Policy:
             recurrent_state=state,
             agent_index=index,
         )
-        actions = result.actions[0] if single else result.actions
+        actions = result.actions
+        if self.spec.action_box:  # as the env adapters step a continuous policy's actions
+            actions = np.clip(actions, *self.spec.action_box).astype(np.float32)
+        actions = actions[0] if single else actions
         if not self.recurrent:
             return actions
         next_state = result.recurrent_state

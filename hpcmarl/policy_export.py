@@ -5,8 +5,10 @@ A trained policy leaves hpcmarl as a file that plain torch or onnxruntime reads:
 into the same module, `hpcmarl.load_policy(...).module` or the class `describe` names). The
 exported network maps a batch of observations (flattened, with the one-hot agent index
 appended where the policy's spec has `agent_ids`) to one score per action: Q-values or logits,
-whose argmax over the legal actions is the greedy action. A recurrent policy's network takes
-and returns its state too: `(observations, state) -> (scores, next_state)`, one step.
+whose argmax over the legal actions is the greedy action; a continuous (Gaussian) policy's to
+its mean action, which clipped to the action bounds is the greedy action. A recurrent policy's
+network takes and returns its state too: `(observations, state) -> (scores, next_state)`, one
+step.
 """
 
 from __future__ import annotations
@@ -140,13 +142,15 @@ def describe(policy: Policy) -> str:
     """The policy and the exported network's inputs and outputs, in one clause."""
     spec = policy.spec
     inputs = f"observations [B, {spec.in_dim}]"
-    outputs = f"scores [B, {spec.n_actions}]"
+    outputs, greedy = f"scores [B, {spec.n_actions}]", "argmax"
+    if spec.actor == "gaussian":  # log_std is in the state dict, not an output
+        outputs, greedy = f"mean [B, {spec.n_actions}]", "the mean clipped to the action bounds"
     if policy.recurrent:
         inputs += f", state [B, {policy.recurrent}]"
         outputs += f", next_state [B, {policy.recurrent}]"
     return (
         f"policy {policy.key} (version {policy.version}, checkpoint {policy.checkpoint}, "
-        f"{type(policy.module).__name__}): {inputs} -> {outputs}; greedy action = argmax"
+        f"{type(policy.module).__name__}): {inputs} -> {outputs}; greedy action = {greedy}"
     )
 
 

@@ -2,7 +2,8 @@
 
 An actor owns its exploration. `EpsilonGreedyActor` (DQN, BC) takes a random action with
 probability epsilon, which decays with the job's global env-step count; `CategoricalActor` (PPO)
-samples from its softmax and records the log-probability of what it took;
+samples from its softmax and records the log-probability of what it took; `GaussianActor` (PPO
+on continuous actions) samples a diagonal Gaussian around its network's mean;
 `RecurrentEpsilonGreedyActor` (VDN, QMIX) is epsilon-greedy over a GRU Q-network whose state the
 collector carries from step to step. All take greedy
 actions when asked (evaluation) and honour action masks: a masked action is never chosen, by
@@ -181,6 +182,42 @@ class CategoricalActor(NetworkActor):
         return probs / probs.sum(axis=1, keepdims=True)
 
 
+class GaussianActor(NetworkActor):
+    """A diagonal Gaussian over continuous actions (`networks.GaussianPolicy`): samples
+    mean + std * noise with the collector's own generator and records the log-density of
+    the sample, summed over the action's dimensions; greedy, the mean. Actions are not clipped
+    here: the env adapter clips what it steps with, and items keep the sample the log-density
+    belongs to."""
+
+    def __init__(self, spec: PolicySpec) -> None:
+        super().__init__(spec)
+        self.log_std: torch.Tensor = self.net.get_parameter("log_std")
+        mean = self.net.get_submodule("mean")
+        if isinstance(mean, torch.nn.Sequential):  # the mlp torso: the fast forward pass
+            self._layers = [(m.weight, m.bias) for m in mean if isinstance(m, torch.nn.Linear)]
+
+    def act(
+        self,
+        obs: np.ndarray,
+        rng: np.random.Generator,
+        *,
+        env_steps: int,
+        greedy: bool,
+        action_mask: np.ndarray | None = None,
+        recurrent_state: np.ndarray | None = None,
+        agent_index: np.ndarray | None = None,
+    ) -> ActResult:
+        mean = self.scores(obs, agent_index).numpy()
+        log_std = self.log_std.detach().numpy().astype(np.float64)
+        noise = np.zeros(mean.shape) if greedy else rng.standard_normal(mean.shape)
+        actions = (mean + np.exp(log_std) * noise).astype(np.float32)
+        density = -0.5 * noise**2 - log_std - 0.5 * LOG_2PI
+        return ActResult(actions, {"log_probs": density.sum(axis=1).astype(np.float32)})
+
+
+LOG_2PI = float(np.log(2.0 * np.pi))
+
+
 class RecurrentEpsilonGreedyActor(FrozenActor):
     """Epsilon-greedy over a recurrent Q-network: every row advances its recurrent state, also
     the rows that explore, so the state always summarises what the agent has seen."""
@@ -257,6 +294,9 @@ class UniformActor:
 
     def __init__(self, spec: PolicySpec) -> None:
         self.spec = dataclasses.replace(spec, recurrent=0, agent_ids=0)
+        self.box = tuple(np.asarray(b, np.float64) for b in spec.action_box)
+        """A continuous policy's (low, high): actions are uniform within them (standard
+        normal along an unbounded dimension)."""
 
     def set_weights(self, flat: np.ndarray) -> None:
         """Nothing to set: the uniform policy has no parameters."""
@@ -272,7 +312,20 @@ class UniformActor:
         recurrent_state: np.ndarray | None = None,
         agent_index: np.ndarray | None = None,
     ) -> ActResult:
+        if self.box:
+            return ActResult(uniform_in_box(rng, len(obs), *self.box))
         return ActResult(random_actions(rng, len(obs), self.spec.n_actions, action_mask))
+
+
+def uniform_in_box(
+    rng: np.random.Generator, size: int, low: np.ndarray, high: np.ndarray
+) -> np.ndarray:
+    """float32 [size, dims] uniform within [low, high], standard normal where unbounded."""
+    finite = np.isfinite(low) & np.isfinite(high)
+    u = rng.random((size, len(low)))
+    span = np.where(finite, high - low, 0.0)
+    actions = np.where(finite, np.where(finite, low, 0.0) + u * span, rng.standard_normal(u.shape))
+    return actions.astype(np.float32)
 
 
 def _tensor(mask: np.ndarray | None) -> torch.Tensor | None:
@@ -294,6 +347,7 @@ def _eps(explore: dict[str, float]) -> tuple[float, float, float]:
 ACTOR_KINDS: dict[str, type[FrozenActor]] = {
     "epsilon_greedy": EpsilonGreedyActor,
     "categorical": CategoricalActor,
+    "gaussian": GaussianActor,
     "recurrent_epsilon_greedy": RecurrentEpsilonGreedyActor,
 }
 """Actor classes by `PolicySpec.actor`."""

@@ -54,6 +54,8 @@ class AlgoDecl:
     """It can be PSRO's best-response oracle (`psro.checks`): it trains online, and its actor,
     frozen, plays the policy it learned without a state carried between decisions (a
     feed-forward `epsilon_greedy` or `categorical` actor)."""
+    continuous_actions: bool = False
+    """It can act in `Box` action spaces (PPO's Gaussian actor); the others need `Discrete`."""
 
     @property
     def plugin(self) -> bool:
@@ -76,6 +78,7 @@ def _built_in(name: str, summary: str, declared: ModuleType, **preset: Any) -> A
         config=getattr(declared, "CONFIG", None),
         rules=getattr(declared, "RULES", {}),
         psro_oracle=getattr(declared, "PSRO_ORACLE", False),
+        continuous_actions=getattr(declared, "CONTINUOUS_ACTIONS", False),
     )
 
 
@@ -244,4 +247,5 @@ def _plugin_decl(name: str, target: str) -> AlgoDecl:
         config=config,
         rules=dict(getattr(cls, "rules", {})),
         psro_oracle=bool(getattr(cls, "psro_oracle", False)),
+        continuous_actions=bool(getattr(cls, "continuous_actions", False)),
     )

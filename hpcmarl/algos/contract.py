@@ -21,6 +21,8 @@ import numpy as np
 from hpcmarl.items.spec import ItemSpec, obs_dtype
 
 Batch = dict[str, np.ndarray]
+ActionBox = tuple[tuple[float, ...], tuple[float, ...]] | tuple[()]
+"""A continuous action space's flat (low, high) bounds; () for discrete actions."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,10 @@ class PolicySpec:
     where an episode starts."""
     torso: TorsoSpec = TorsoSpec()
     """The network's torso; the default `mlp` is `hidden_sizes` with `activation`."""
+    action_box: ActionBox = ()
+    """A continuous (`gaussian`) policy's action bounds (low, high), flat, `n_actions` each:
+    where `hpcmarl.load_policy(...).act` clips its actions, as the env adapters do. Empty for
+    discrete actions."""
 
     @property
     def in_dim(self) -> int:
@@ -102,6 +108,8 @@ class PolicySpec:
         }
         if self.torso.name != "mlp":  # an mlp's spec stays the text older runs wrote
             plain["torso"] = self.torso.to_plain()
+        if self.action_box:  # a discrete policy's spec stays the text older runs wrote
+            plain["action_box"] = [list(self.action_box[0]), list(self.action_box[1])]
         return json.dumps(plain, sort_keys=True)
 
     @classmethod
@@ -120,7 +128,16 @@ class PolicySpec:
             agent_ids=int(p.get("agent_ids", 0)),
             recurrent=int(p.get("recurrent", 0)),
             torso=TorsoSpec(**p["torso"]) if "torso" in p else TorsoSpec(),
+            action_box=_action_box(p.get("action_box")),
         )
+
+
+def _action_box(plain: list[list[float]] | None) -> ActionBox:
+    """The (low, high) bounds of a spec's JSON, () where it has none (discrete actions)."""
+    if not plain:
+        return ()
+    low, high = plain
+    return tuple(float(x) for x in low), tuple(float(x) for x in high)
 
 
 @dataclass(frozen=True)
@@ -148,6 +165,16 @@ class GroupSpec:
     obs_spaces: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """agent -> its observation space as JSON (`algos.torsos.space_json`), for torsos that
     read more than the width (empty: a flat vector of `obs_dims`)."""
+    action_boxes: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = field(
+        default_factory=dict
+    )
+    """agent -> the flat (low, high) bounds of its `Box` action space, whose width is its
+    `n_actions`; empty when the env's actions are `Discrete`."""
+
+    @property
+    def continuous(self) -> bool:
+        """The group's agents act in `Box` spaces: float32 action vectors, a Gaussian actor."""
+        return bool(self.action_boxes)
 
     @property
     def policies(self) -> list[str]:
@@ -163,7 +190,8 @@ class GroupSpec:
         return obs_dtype(self.obs_spaces.get(a) for a in self.agents)
 
     def dims(self, policy: str) -> tuple[int, int]:
-        """(observation width, action count) of a policy's agents."""
+        """(observation width, action count or, for continuous actions, action width) of a
+        policy's agents."""
         agent = self.agents_of(policy)[0]
         return self.obs_dims[agent], self.n_actions[agent]
 
@@ -173,7 +201,8 @@ class ActResult:
     """What an actor returns for a batch of observations."""
 
     actions: np.ndarray
-    """int64 [B]."""
+    """int64 [B], or float32 [B, action_dim] for continuous actions (unclipped: the env
+    adapter clips them to the space's bounds)."""
     extras: dict[str, np.ndarray] = field(default_factory=dict)
     """Per-row values the algorithm's items record, e.g. `log_probs` for PPO."""
     recurrent_state: np.ndarray | None = None
@@ -231,6 +260,9 @@ class Algorithm(ABC):
     """Whether PSRO may train its new policies with this algorithm (`psro.enabled`): true only
     for an algorithm that learns online and whose actor, frozen, plays what it learned with no
     state carried between decisions (`epsilon_greedy` or `categorical`)."""
+    continuous_actions = False
+    """Whether it can act in `Box` action spaces (`GroupSpec.action_boxes`); an algorithm
+    without it is refused a continuous-action env at start-up."""
 
     @abstractmethod
     def __init__(self, group: GroupSpec, job: Any, seed: int, device: str = "cpu") -> None:

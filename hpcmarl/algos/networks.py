@@ -56,9 +56,26 @@ def policy_network(spec: PolicySpec) -> nn.Module:
     if spec.recurrent:
         torso = None if spec.torso.name == "mlp" else spec.torso
         return RecurrentQNet(spec.in_dim, spec.recurrent, spec.n_actions, torso, spec.agent_ids)
-    return feedforward(
+    net = feedforward(
         spec.in_dim, spec.n_actions, spec.hidden_sizes, spec.activation, spec.torso, spec.agent_ids
     )
+    return GaussianPolicy(net, spec.n_actions) if spec.actor == "gaussian" else net
+
+
+class GaussianPolicy(nn.Module):
+    """A diagonal Gaussian policy for continuous actions: the network gives the mean, and one
+    log standard deviation per action dimension is a parameter of its own, independent of the
+    observation (as in the PPO papers and CleanRL's `ppo_continuous_action.py`: a state-
+    dependent one is less stable on small budgets). `forward` returns the mean, which is also
+    the greedy action; the flat vector holds `mean.*` then `log_std`."""
+
+    def __init__(self, mean: nn.Module, action_dim: int) -> None:
+        super().__init__()
+        self.mean = mean
+        self.log_std = nn.Parameter(torch.zeros(action_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mean(x)  # type: ignore[no-any-return]
 
 
 def feedforward(
@@ -87,7 +104,10 @@ def policy_layout(spec: PolicySpec) -> list[tuple[str, tuple[int, ...]]]:
 def orthogonal_init(net: nn.Module, hidden_gain: float, out_gain: float) -> nn.Module:
     """Orthogonal weights and zero biases (the PPO implementations' initialisation); a small
     `out_gain` starts a policy near uniform. A torso's own layers keep their initialisation:
-    only its head is set."""
+    only its head is set. A Gaussian policy's mean network is set; its log-std stays 0."""
+    if isinstance(net, GaussianPolicy):
+        orthogonal_init(net.mean, hidden_gain, out_gain)
+        return net
     modules = [net.head] if isinstance(net, TorsoHead) else list(net.children())
     linears = [m for m in modules if isinstance(m, nn.Linear)]
     for i, layer in enumerate(linears):

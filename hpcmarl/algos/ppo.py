@@ -26,7 +26,7 @@ the critic stays here.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from hpcmarl.algos.base import NetworkAlgorithm, on_device
 from hpcmarl.algos.contract import (
+    ActionBox,
     Batch,
     GroupSpec,
     PolicySpec,
@@ -57,7 +58,7 @@ def fragment_item(group: GroupSpec, job: Any) -> ItemSpec:
     """A fragment of the group's agents; the critic's inputs decide what else it holds."""
     ppo = job.learner.ppo
     obs_dim, n_actions = group.dims(group.policies[0])
-    columns = fragment_columns(obs_dim, group.obs_dtype)
+    columns = fragment_columns(obs_dim, group.obs_dtype, n_actions if group.continuous else None)
     if ppo.critic == "central":
         columns += [
             Column("state", "<f4", (group.state_dim,), per="group"),
@@ -91,10 +92,11 @@ class PPO(NetworkAlgorithm):
             ids = len(group.agents_of(policy)) if job.learner.ppo.actor_agent_id else 0
             key = group.keys[policy]
             torso = torso_spec(job, group, policy)
-            spec = PolicySpec(
-                key, "categorical", obs_dim, n_actions, hidden, activation, (), agent_ids=ids
-            )
-            spec = dataclasses.replace(spec, torso=torso)
+            actor, box = "categorical", cast(ActionBox, ())
+            if group.continuous:
+                actor, box = "gaussian", group.action_boxes[group.agents_of(policy)[0]]
+            spec = PolicySpec(key, actor, obs_dim, n_actions, hidden, activation, (), agent_ids=ids)
+            spec = dataclasses.replace(spec, torso=torso, action_box=box)
             specs[key] = dataclasses.replace(spec, params=tuple(policy_layout(spec)))
         return specs
 
@@ -189,11 +191,12 @@ class PPO(NetworkAlgorithm):
             batch["active"],
         )
         active = batch["active"].reshape(-1)
-        n_items, steps, agents = batch["actions"].shape
+        n_items, steps, agents = batch["rewards"].shape
         agent_index = np.broadcast_to(np.arange(agents), (n_items, steps, agents)).reshape(-1)
+        actions = batch["actions"]
         flat = {
             "observations": rows(self.actor_inputs(batch["observations"])),
-            "actions": batch["actions"].reshape(-1),
+            "actions": rows(actions) if self.group.continuous else actions.reshape(-1),
             "log_probs": batch["log_probs"].reshape(-1),
             "agent": agent_index,
             "advantages": advantages.reshape(-1),
@@ -244,7 +247,7 @@ class PPO(NetworkAlgorithm):
     def critic_inputs(self, batch: Batch, state: str, obs: str) -> np.ndarray:
         """[items, T, agents, width]: the global state (or each agent's observation), with a
         one-hot agent index appended when `critic_agent_id` is set."""
-        n_items, steps, agents = batch["actions"].shape
+        n_items, steps, agents = batch["rewards"].shape
         if self.ppo.critic == "central":
             x = np.broadcast_to(
                 batch[state][:, :, None, :], (n_items, steps, agents, batch[state].shape[-1])
@@ -319,9 +322,8 @@ class PPO(NetworkAlgorithm):
         """log pi(a|o) and the entropy of pi(.|o) of each row, by the actor of its agent, over
         the legal actions when there is a `mask`."""
         if len(self.group.policies) == 1:
-            logits = self.acting(self.group.policies[0])(obs)
-            return _log_prob_entropy(logits, actions, mask)
-        log_probs = torch.empty_like(actions, dtype=torch.float32)
+            return self.policy_log_prob(self.group.policies[0], obs, actions, mask)
+        log_probs = torch.empty_like(agent, dtype=torch.float32)
         entropy = torch.empty_like(log_probs)
         for policy in self.group.policies:
             agents = [i for i, p in enumerate(self.agent_policy) if p == policy]
@@ -329,10 +331,22 @@ class PPO(NetworkAlgorithm):
             obs_dim, _ = self.group.dims(policy)
             ids = len(self.group.agents_of(policy)) if self.ppo.actor_agent_id else 0
             width = obs_dim + ids  # the one-hot is padded to the widest policy's
-            logits = self.acting(policy)(obs[rows][:, :width])
-            lp, ent = _log_prob_entropy(logits, actions[rows], None if mask is None else mask[rows])
+            lp, ent = self.policy_log_prob(
+                policy, obs[rows][:, :width], actions[rows], None if mask is None else mask[rows]
+            )
             log_probs[rows], entropy[rows] = lp, ent
         return log_probs, entropy
+
+    def policy_log_prob(
+        self, policy: str, obs: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """log pi(a|o) and the entropy of one policy's rows: softmax over (legal) actions, or
+        for continuous actions a diagonal Gaussian, both summed over the action's dimensions."""
+        actor = self.acting(policy)
+        if not self.group.continuous:
+            return _log_prob_entropy(actor(obs), actions, mask)
+        normal = torch.distributions.Normal(actor(obs), actor.get_parameter("log_std").exp())
+        return normal.log_prob(actions).sum(-1), normal.entropy().sum(-1)
 
     def as_tensor(self, array: np.ndarray) -> torch.Tensor:
         """`array` on the learner's device; uint8 observations move as uint8 and are cast to

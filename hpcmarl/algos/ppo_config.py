@@ -20,6 +20,8 @@ ON_POLICY = True
 ITEMS = "fragment"
 PSRO_ORACLE = True
 """It can be PSRO's best-response oracle: its action distribution, frozen, is what it learned."""
+CONTINUOUS_ACTIONS = True
+"""It acts in Box action spaces too, with a diagonal Gaussian actor (`actors.GaussianActor`)."""
 
 
 @dataclass

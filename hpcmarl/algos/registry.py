@@ -39,17 +39,33 @@ def policy_specs(cfg: Any, group: GroupSpec) -> dict[str, PolicySpec]:
     return algorithm_class(cfg.learner.algo).policy_specs(group, cfg)
 
 
-def check_fits(algo_name: str, action_space: gymnasium.Space) -> None:
-    """Raise `EnvError` when `algo_name` cannot act in `action_space`."""
+def check_fits(algo_name: str, action_space: gymnasium.Space, psro: bool = False) -> None:
+    """Raise `EnvError` when `algo_name` cannot act in `action_space`: every algorithm takes
+    `Discrete` actions, only those declaring `continuous_actions` (PPO) take a `Box`, and
+    PSRO's meta-game (`psro`) is over discrete actions whatever trains it."""
     decl = decl_of(algo_name)
-    if not isinstance(action_space, gymnasium.spaces.Discrete):
-        raise EnvError(
-            f"{algo_name if decl.plugin else algo_name.upper()} needs a Discrete action space, "
-            f"the environment has "
-            f"{action_space}",
-            "pick an environment with discrete actions (e.g. CartPole-v1, mpe2.simple_spread_v3 "
-            "with continuous_actions=False), or discretise the actions with a wrapper",
-        )
+    name = algo_name if decl.plugin else algo_name.upper()
+    if isinstance(action_space, gymnasium.spaces.Discrete):
+        return
+    if isinstance(action_space, gymnasium.spaces.Box):
+        if not decl.continuous_actions:
+            raise EnvError(
+                f"{name} needs a Discrete action space, the environment has continuous actions "
+                f"{action_space}",
+                "use learner.algo=ppo (or ippo/mappo), which trains a Gaussian policy on Box "
+                "actions",
+            )
+        if psro:
+            raise EnvError(
+                f"PSRO needs Discrete action spaces, the environment has {action_space}",
+                "drop psro.enabled, or pick a game with discrete actions (e.g. kuhn_poker)",
+            )
+        return
+    raise EnvError(
+        f"{name} needs a Discrete action space, the environment has {action_space}",
+        "pick an environment with discrete actions (e.g. CartPole-v1, mpe2.simple_spread_v3 "
+        "with continuous_actions=False), or discretise the actions with a wrapper",
+    )
 
 
 def check_job(cfg: Any, groups: dict[str, list[str]]) -> None:

@@ -170,6 +170,7 @@ class GymnasiumCopy:
         self.action_spaces = {SINGLE_AGENT_ID: env.action_space}
         self._flat = flattener(env.observation_space, env_id)
         self._offset = action_offset(env.action_space)
+        self._box = box_clipper(env.action_space)
         limit = getattr(getattr(env, "spec", None), "max_episode_steps", None)
         self.time_limit = limit if limit is not None and limit > 0 else None
         """The env's own episode limit (its TimeLimit), or None: its episodes may never end."""
@@ -194,7 +195,10 @@ class GymnasiumCopy:
         self.has_masks = self.has_masks or self._mask is not None
 
     def step_into(self, actions: list[Any], i: int, out: StepBuffers) -> bool:
-        action = actions[0] + self._offset if self._offset else actions[0]
+        if self._box is not None:
+            action = self._box(actions[0])
+        else:
+            action = actions[0] + self._offset if self._offset else actions[0]
         obs, reward, terminated, truncated, info = self.env.step(action)
         if self.has_masks:
             self._mask = info.get("action_mask")
@@ -212,8 +216,12 @@ class GymnasiumCopy:
     def check_api(self) -> None:
         """One step of the bare env (after a reset), by a legal action: gymnasium's wrappers
         unpack a step themselves, so a 4-value step fails inside them with a bare ValueError."""
-        action = 0 if self._mask is None else int(np.argmax(self._mask))
-        result = self.env.unwrapped.step(action + self._offset)
+        action: Any = 0 if self._mask is None else int(np.argmax(self._mask))
+        if self._box is not None:
+            action = self._box(np.zeros(gymnasium.spaces.flatdim(self.env.action_space)))
+        else:
+            action += self._offset
+        result = self.env.unwrapped.step(action)
         if not isinstance(result, tuple) or len(result) != 5:
             got = f"{len(result)} values" if isinstance(result, tuple) else describe(result)
             raise old_gym_api(self.env_id, f"step() returned {got}, not 5")
@@ -245,6 +253,8 @@ class PettingZooSpaces:
         self.action_spaces = {a: env.action_space(a) for a in self.agents}
         self._flat = [flattener(self.observation_spaces[a], env_id) for a in self.agents]
         self._offset = [action_offset(self.action_spaces[a]) for a in self.agents]
+        self._box = [box_clipper(self.action_spaces[a]) for a in self.agents]
+        self._continuous = any(clip is not None for clip in self._box)
 
 
 class ParallelCopy(PettingZooSpaces):
@@ -283,11 +293,15 @@ class ParallelCopy(PettingZooSpaces):
 
     def step_into(self, actions: list[Any], i: int, out: StepBuffers) -> bool:
         live = set(self.env.agents)
-        sent = {
-            a: actions[k] + self._offset[k] if self._offset[k] else actions[k]
-            for k, a in enumerate(self.agents)
-            if a in live
-        }
+        if self._continuous:
+            clip = self._box
+            sent = {a: clip[k](actions[k]) for k, a in enumerate(self.agents) if a in live}  # type: ignore[misc]
+        else:
+            sent = {
+                a: actions[k] + self._offset[k] if self._offset[k] else actions[k]
+                for k, a in enumerate(self.agents)
+                if a in live
+            }
         obs, rewards, terms, truncs, _ = self.env.step(sent)
         self._write_obs(obs, i, out.obs)
         for k, agent in enumerate(self.agents):
@@ -400,6 +414,30 @@ def describe(value: Any) -> str:
 def not_a_number(reward: Any) -> str:
     """What a reward that numpy refused to store as a float is."""
     return f"a {type(reward).__name__} ({str(reward)[:40]})"
+
+
+def box_clipper(space: gymnasium.Space) -> Callable[[Any], np.ndarray] | None:
+    """For a `Box` action space, what turns a policy's flat action vector into one the env
+    takes: clipped to the bounds (the Gaussian actor's sample is unbounded; its unclipped value
+    is what items keep, for the log-probability) and shaped and typed as the space; None for
+    other spaces."""
+    if not isinstance(space, gymnasium.spaces.Box):
+        return None
+    low, high = space.low.reshape(-1), space.high.reshape(-1)
+    shape, dtype = space.shape, space.dtype
+
+    def clip(action: Any) -> np.ndarray:
+        return np.clip(action, low, high).reshape(shape).astype(dtype, copy=False)
+
+    return clip
+
+
+def box_bounds(space: gymnasium.Space) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """The flat (low, high) bounds of a `Box` action space, None for other spaces."""
+    if not isinstance(space, gymnasium.spaces.Box):
+        return None
+    low = tuple(float(x) for x in space.low.reshape(-1))
+    return low, tuple(float(x) for x in space.high.reshape(-1))
 
 
 def action_offset(space: gymnasium.Space) -> int:

@@ -141,8 +141,11 @@ class MultiAgentVectorEnv:
         return self._obs_dims[self.agents.index(agent)]
 
     def n_actions(self, agent: str) -> int:
-        """Number of discrete actions of the agent (its action space must be Discrete)."""
+        """Number of discrete actions of the agent, or the width of its flat action vector
+        for a `Box` space (other spaces have neither)."""
         space = self.action_space(agent)
+        if isinstance(space, gymnasium.spaces.Box):
+            return gymnasium.spaces.flatdim(space)
         if not isinstance(space, gymnasium.spaces.Discrete):
             raise EnvError(
                 f"agent {agent!r} has action space {space}, which has no action count",

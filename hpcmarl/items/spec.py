@@ -190,15 +190,19 @@ class ItemSpec:
         return ItemSpec(self.kind, columns, self.agents, self.length, self.replay)
 
 
-def fragment_columns(obs_dim: int, obs: str = "<f4") -> list[Column]:
+def fragment_columns(obs_dim: int, obs: str = "<f4", action_dim: int | None = None) -> list[Column]:
     """What every on-policy fragment holds, whatever trains on it (PPO, a user's algorithm):
-    each agent's observation, its action and the log-probability the categorical actor sampled
-    it with, what followed, and where in its episode the group was. An algorithm adds its own
-    (a critic's inputs, legal-action masks). `obs` is the observations' dtype
-    (`GroupSpec.obs_dtype`)."""
+    each agent's observation, its action and the log-probability the actor sampled it with,
+    what followed, and where in its episode the group was. An algorithm adds its own (a
+    critic's inputs, legal-action masks). `obs` is the observations' dtype
+    (`GroupSpec.obs_dtype`); `action_dim`, for continuous actions, the width of the float32
+    action vectors (None: one int64 action index)."""
+    action = (
+        Column("actions", "<i8") if action_dim is None else Column("actions", "<f4", (action_dim,))
+    )
     return [
         Column("observations", obs, (obs_dim,)),
-        Column("actions", "<i8"),
+        action,
         Column("log_probs", "<f4"),
         Column("rewards", "<f4"),
         Column("terminations", "|b1"),

@@ -32,6 +32,7 @@ from ..config.loader import job_to_dict
 from ..config.schema import JobConfig
 from ..core import Role, policy_key
 from ..envs import make_vector_env
+from ..envs.adapters import box_bounds
 from ..errors import ConfigError, EnvError, TopologyError
 from ..items.spec import ItemSpec
 from ..items.writers import ItemWriter, make_writer
@@ -70,6 +71,11 @@ class EnvSpec:
     """The env is known to have no time limit: its episodes may never end."""
     obs_spaces: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     """agent -> its observation space as JSON (`algos.torsos.space_json`), for torsos."""
+    action_boxes: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = dataclasses.field(
+        default_factory=dict
+    )
+    """agent -> the flat (low, high) of its `Box` action space (`n_actions` is its width);
+    empty for discrete actions."""
 
     @property
     def policies(self) -> list[str]:
@@ -96,6 +102,7 @@ class EnvSpec:
             agent_ids={a: self.agents.index(a) for a in agents},
             action_masks=self.action_masks,
             obs_spaces={a: self.obs_spaces[a] for a in agents if a in self.obs_spaces},
+            action_boxes={a: self.action_boxes[a] for a in agents if a in self.action_boxes},
         )
 
     def bindings(self, strategy_spec_id: str) -> dict[str, str]:
@@ -110,7 +117,7 @@ def probe_env(cfg: JobConfig) -> EnvSpec:
     env.reset()
     policy_of = resolve_mapping(cfg.agents.mapping, env.agents)
     for agent in env.agents:
-        registry.check_fits(cfg.learner.algo, env.action_space(agent))
+        registry.check_fits(cfg.learner.algo, env.action_space(agent), cfg.psro.enabled)
     env.check_api()
     check_policy_spaces(
         policy_of,
@@ -131,6 +138,8 @@ def probe_env(cfg: JobConfig) -> EnvSpec:
     spec.groups = resolve_groups(cfg.agents.groups, spec.policies) if cfg.agents.groups else None
     spaces = {a: env.observation_space(a) for a in env.agents}
     spec.obs_spaces = {a: space_json(s, spec.obs_dims[a]) for a, s in spaces.items()}
+    boxes = {a: box_bounds(env.action_space(a)) for a in env.agents}
+    spec.action_boxes = {a: box for a, box in boxes.items() if box is not None}
     env.close()
     check_torso(cfg.learner.model, spaces, spec.obs_dims)
     registry.check_job(cfg, spec.training_groups())
@@ -173,6 +182,12 @@ def check_storage(cfg: JobConfig, spec: EnvSpec, spaces: dict[str, gymnasium.Spa
     """The producer options store what collectors send to replay tables: transition rows,
     episodes or sequences (on-policy fragments are trained on once and dropped); an env said
     to stack its own frames must do so on its first axis."""
+    if spec.action_boxes and cfg.replay_log.enabled:
+        raise ConfigError(
+            f"replay_log.enabled writes replay files of discrete actions, and {cfg.env.id} has "
+            "continuous (Box) actions",
+            "set replay_log.enabled=false for this env",
+        )
     r, form = cfg.replay, storage_form(cfg)
     if not (form.compact or r.save_only_last_obs):
         return
