@@ -10,7 +10,9 @@ The transport runs the flow the roles use: at most WINDOW
 messages unacknowledged, their credits returned in batches (`comm/credits.py`: WINDOW // 2 at
 a time, or whatever is owed when a poll finds nothing), received buffers recycled. It carries
 (a) one weight vector, (b) a transition batch packed as collectors build it. `credits_per_message`
-counts the credit messages the receiver sent per data message (one before batching).
+counts the credit messages the receiver sent per data message (one before batching;
+`--credit-batch 1` runs that flow again). The raw, hot and transport streams take turns, each
+repeat in the same order, and each keeps its fastest: a shared machine's load weighs on all.
 
 The raw baseline is a blocking `Send`/`Recv` of the same bytes cycling through WINDOW + 1
 distinct buffers on each side, as the transport's stream does (a pipelined stream cannot land
@@ -27,6 +29,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +44,8 @@ from hpcmarl.launch.run import launched_by_mpi
 ROOT = Path(__file__).resolve().parent.parent
 
 WINDOW = 8
+CREDIT_BATCH = 0
+"""Credits per credit message; 0: WINDOW // 2 (1 is the flow before batching)."""
 SIZES = {"64KB": 64 << 10, "1MB": 1 << 20, "16MB": 16 << 20}
 
 
@@ -99,7 +105,8 @@ def transport_stream(comm: Any, arrays: dict[str, np.ndarray], count: int) -> tu
                 credits += inbox.popleft().meta["n"]
     else:
         ledger = CreditReturn(
-            lambda peer, meta: transport.send(Message("credit", "b", peer, meta)), WINDOW // 2
+            lambda peer, meta: transport.send(Message("credit", "b", peer, meta)),
+            CREDIT_BATCH or WINDOW // 2,
         )
         received = 0
         while received < count:
@@ -116,15 +123,16 @@ def transport_stream(comm: Any, arrays: dict[str, np.ndarray], count: int) -> tu
     return elapsed, int(comm.bcast(ledger.messages if comm.rank == 1 else 0, root=1))
 
 
-def best_of(repeats: int, fn, *args) -> float:
-    return min(fn(*args) for _ in range(repeats))
+def raw_run(comm: Any, nbytes: int, count: int, nbuf: int) -> tuple[float, int]:
+    """`raw_stream`'s time, and its credit messages: none."""
+    return raw_stream(comm, nbytes, count, nbuf), 0
 
 
-def best_stream(
-    repeats: int, comm: Any, arrays: dict[str, np.ndarray], count: int
-) -> tuple[float, int]:
-    """The fastest of `repeats` transport streams, with its credit message count."""
-    return min(transport_stream(comm, arrays, count) for _ in range(repeats))
+def best_interleaved(repeats: int, runs: list[Callable[[], tuple[float, int]]]) -> list:
+    """Each run's fastest of `repeats`, the runs taken in turn (raw, transport, raw, ...), so
+    that a load that comes and goes on a shared machine weighs on all of them alike."""
+    results = [[run() for run in runs] for _ in range(repeats)]
+    return [min(result[i] for result in results) for i in range(len(runs))]
 
 
 def message_count(comm: Any, nbytes: int, seconds: float, megabytes: float) -> int:
@@ -146,11 +154,16 @@ def measure(args: argparse.Namespace) -> None:
     rows = []
     for label, nbytes in SIZES.items():
         count = message_count(comm, nbytes, args.seconds, args.megabytes)
-        raw = best_of(args.repeats, raw_stream, comm, nbytes, count, WINDOW + 1)
-        hot = best_of(args.repeats, raw_stream, comm, nbytes, count, 1)
-        weights = {"weights": np.ones(nbytes // 4, np.float32)}
-        w, w_credits = best_stream(args.repeats, comm, weights, count)
-        b, b_credits = best_stream(args.repeats, comm, batch_of(nbytes), count)
+        weights, batch = {"weights": np.ones(nbytes // 4, np.float32)}, batch_of(nbytes)
+        (raw, _), (hot, _), (w, w_credits), (b, b_credits) = best_interleaved(
+            args.repeats,
+            [
+                partial(raw_run, comm, nbytes, count, WINDOW + 1),
+                partial(raw_run, comm, nbytes, count, 1),
+                partial(transport_stream, comm, weights, count),
+                partial(transport_stream, comm, batch, count),
+            ],
+        )
         gb = nbytes * count / 1e9
         rows.append((label, count, gb / hot, gb / raw, gb / w, gb / b, raw / w, raw / b))
         figures[f"weights_{label}_ratio"] = round(raw / w, 3)
@@ -183,7 +196,7 @@ def across_hosts(args: argparse.Namespace) -> None:
             "--map-by", "node" if hosts > 1 else "slot",
             sys.executable, __file__, "--seconds", str(args.seconds),
             "--megabytes", str(args.megabytes), "--repeats", str(args.repeats),
-            "--window", str(args.window),
+            "--window", str(args.window), "--credit-batch", str(args.credit_batch),
         ]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
@@ -205,7 +218,7 @@ def across_hosts(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    global WINDOW
+    global WINDOW, CREDIT_BATCH
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--seconds", type=float, default=0.5, help="about how long one raw stream takes, per size"
@@ -218,10 +231,16 @@ def main() -> None:
         "--window", type=int, default=WINDOW, help="messages unacknowledged (raw: buffers - 1)"
     )
     parser.add_argument(
+        "--credit-batch",
+        type=int,
+        default=CREDIT_BATCH,
+        help="credits per credit message (0: window // 2; 1: one per message, as before)",
+    )
+    parser.add_argument(
         "--hosts", type=int, default=0, help="run on one host and across this many local hosts"
     )
     args = parser.parse_args()
-    WINDOW = max(1, args.window)
+    WINDOW, CREDIT_BATCH = max(1, args.window), max(0, args.credit_batch)
     if args.hosts and not launched_by_mpi():
         across_hosts(args)
     else:
