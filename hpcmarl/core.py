@@ -114,6 +114,11 @@ class Role:
             self.received_bulk.pop(name, None)
             self.sent_bulk.pop(name, None)
 
+    def takes_replacements(self) -> bool:
+        """Whether a replacement for a lost peer is still of use to this role
+        (`runtime.respawn_collectors`; the commander says no once the run stops)."""
+        return True
+
     def in_flight(self) -> bool:
         """Something only polling finishes is under way (a collective, a checkpoint written on
         a thread): the rank must keep polling instead of waiting for a peer's message."""

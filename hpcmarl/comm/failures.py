@@ -92,12 +92,14 @@ class LostRanks:
         unseen, self.unseen = self.unseen, set()
         return unseen
 
-    def agreement(self) -> Any:
-        """A nonblocking agreement of the ranks left: the barrier of a world with holes."""
+    def agreement(self, bits: int = 1) -> tuple[Any, Any]:
+        """A nonblocking agreement of the ranks left, the barrier of a world with holes, on
+        the AND of every rank's `bits`: the request, and the flag that holds the result once it
+        completes (keep it alive until then)."""
         import numpy as np
 
-        self._flag = np.ones(1, np.intc)  # lives until the request completes
-        return self.comm.Iagree(self._flag)
+        flag = np.full(1, bits, np.intc)
+        return self.comm.Iagree(flag), flag
 
 
 def die_seen() -> None:

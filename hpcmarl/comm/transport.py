@@ -46,6 +46,11 @@ FRAME_ROUND = 4096
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 RING_AGAIN_S = 1e-3
 """How often a sent frame that its receiver has not matched yet rings that receiver again."""
+CLOSING = 1
+"""A rank's bit in an agreement (`MpiTransport.agree`): its roles finished, it agrees to stop."""
+REPLACING = 2
+"""A rank's bit in an agreement: its roles still run, it heard of a lost collector and asks for
+a replacement (launch/respawn_run.py)."""
 
 
 def chunk_bytes() -> int:
@@ -249,6 +254,8 @@ class MpiTransport(LocalTransport):
         self.doorbell = doorbell
         self.retired: list[_Retired] = []
         """Worlds left by `rebind`, still read for what was sent on them before."""
+        self.abandoned: list[_Incoming] = []
+        """A dead source's messages that never arrived whole (`_abandon`)."""
 
     def send(self, msg: Message) -> None:
         dest = self.rank_of[msg.dst]
@@ -457,9 +464,35 @@ class MpiTransport(LocalTransport):
                 self._note_failure(err, failures)
                 if source not in failures.known:  # type: ignore[union-attr]
                     raise
-                self.dropped += len(queue)
-                queue.clear()
+                self._abandon(queue)
         return delivered
+
+    def _abandon(self, queue: deque[_Incoming]) -> None:
+        """Drop a dead source's messages still arriving: their receives cancelled and freed,
+        not left posted on the world the ranks left shrink and merge next (respawn.py; once a
+        survivor segfaulted in `ompi_comm_revoke_local` there), and their buffers kept (never
+        pooled again) in case MPI still holds one."""
+        for incoming in queue:
+            for request in incoming.requests:
+                try:
+                    request.Cancel()
+                    request.Free()
+                except self.MPI.Exception:
+                    pass  # it completed in error already: nothing is left of it
+            incoming.requests = []
+        self.abandoned.extend(queue)
+        self.dropped += len(queue)
+        queue.clear()
+
+    def forget_lost(self) -> None:
+        """Before a respawn: cancel every receive still posted for a rank known dead, on this
+        world and on the worlds left before (`_abandon`)."""
+        worlds = [(self.incoming, self.failures)]
+        worlds += [(old.incoming, old.failures) for old in self.retired]
+        for incoming, failures in worlds:
+            for source in failures.known if failures is not None else ():
+                if incoming.get(source):
+                    self._abandon(incoming[source])
 
     def _open_arrived(self, queue: deque[_Incoming], source: int, comm: Any) -> None:
         """Read the frames of one source that have arrived, in order: a frame still arriving
@@ -506,17 +539,38 @@ class MpiTransport(LocalTransport):
         barrier over a dead rank fails), begun again should another rank die meanwhile. Every
         rank agrees, whether or not it knows of a loss: a rank that had not heard of one yet, or
         a replacement that never saw it, would otherwise wait in a barrier the others never
-        enter."""
+        enter. A rank whose roles still run meets this agreement when it asks to replace a
+        lost collector (`REPLACING`, respawn_run.py): without `CLOSING` from every rank the
+        ranks here agree again, while that rank learns the stop has begun and goes on."""
         deadline = time.monotonic() + timeout_s
         while True:
-            failures = self.failures
-            request = failures.agreement() if failures is not None else self.comm.Ibarrier()
-            self.sends.add(request, None)
+            agreed = self.agree(CLOSING, max(deadline - time.monotonic(), 0.0))
+            if agreed is None:
+                return False
+            if agreed & CLOSING:
+                return True
+
+    def agree(self, bits: int, timeout_s: float) -> int | None:
+        """The AND of `bits` over every rank left, while receives go on; None at the timeout.
+        A rank lost meanwhile fails the agreement at every rank alike (ULFM raises it
+        uniformly), and each acknowledges the loss and agrees again, so the ranks that take
+        part always see the same value. Without fault tolerance a barrier, where every rank
+        gives the same `bits`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pool, flag = RequestPool(self.failures), None
+            if self.failures is None:
+                pool.add(self.comm.Ibarrier(), None)
+            else:
+                request, flag = self.failures.agreement(bits)
+                pool.add(request, flag)
             try:
-                return self.sends.drain(max(deadline - time.monotonic(), 0.0), on_idle=self.poll)
+                if not pool.drain(max(deadline - time.monotonic(), 0.0), on_idle=self.poll):
+                    return None
             except self.MPI.Exception as err:
                 self._note_failure(err, self.failures)
-                self.sends = RequestPool(self.failures)  # the failed collective is over
+                continue
+            return bits if flag is None else int(flag[0])
 
     @property
     def lost_any(self) -> bool:

@@ -25,13 +25,40 @@ from typing import Any
 
 from ..comm.failures import exit_now
 from ..comm.respawn import Respawned, join_parents, release, respawn
-from ..comm.transport import GONE, MpiTransport
+from ..comm.transport import GONE, REPLACING, MpiTransport
 from ..config.loader import job_from_dict, job_to_dict
 from ..core import Role
 from .losses import lost_roles, on_ranks_lost
 from .topology import Topology
 
 REPLACEMENT = "hpcmarl.launch.respawn_run"
+ASK_TIMEOUT_S = 120.0
+"""How long the ranks left have to agree on a replacement: each joins once its loop hears of
+the loss, or once its roles finish; one that did neither in that time is stuck, and the job
+ends (`replacing_agreed`)."""
+
+
+def replacing_agreed(transport: MpiTransport, plan: Any, roles: list[Role]) -> bool:
+    """Whether every rank left agrees to replace the lost collectors now, which takes every
+    one of them (`respawn` is collective). Once the stop has begun no rank asks again: a
+    replacement would have nothing to do, and a rank that finished waits in the closing
+    agreement (`MpiTransport.finish`) instead of a spawn. The ask is that same agreement:
+    `REPLACING` from every rank is a yes; a rank whose roles stop the run gives none, and a
+    finished rank gives `CLOSING` (it agrees again, the others go on and finish)."""
+    if not plan.replacing:
+        return False
+    wanted = all(role.takes_replacements() for role in roles if not role.finished)
+    agreed = transport.agree(REPLACING if wanted else 0, ASK_TIMEOUT_S)
+    if agreed is None:
+        raise RuntimeError(
+            f"the ranks left did not agree on replacing a lost collector in {ASK_TIMEOUT_S:.0f} s"
+        )
+    if agreed & REPLACING:
+        return True
+    plan.replacing = False
+    if transport.rank == 0:
+        print("hpcmarl: lost collectors are not replaced: the run is stopping", flush=True)
+    return False
 
 
 def renumbered(topology: Topology, world: Respawned, hosts: list[str]) -> Topology:
@@ -53,6 +80,7 @@ def replace_lost(transport: MpiTransport, plan: Any, roles: list[Role]) -> Respa
     A loss this rank had not heard of yet is heard first (`on_ranks_lost`), as if it had."""
     old = plan.topology
     heard = set(transport.failures.known) if transport.failures is not None else set()
+    transport.forget_lost()  # no receive from a lost rank left posted on the world shrunk
     world = respawn(transport.comm, None, ["-m", REPLACEMENT, plan.run_dir])
     lost = set(range(old.world_size)) - set(world.new_rank)
     unheard = lost - heard

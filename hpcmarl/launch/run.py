@@ -65,7 +65,7 @@ from .preflight import (
     unmake_run_dir,
 )
 from .profiling import profiled
-from .respawn_run import leave_worlds, replace_lost
+from .respawn_run import leave_worlds, replace_lost, replacing_agreed
 from .resume import find_resume_point, restore_roles
 from .run_lock import abandon_run_dir, release_run_dir
 from .signal_lead import check_signal_lead
@@ -99,6 +99,9 @@ class Plan:
     """The worlds merged with replacements of lost ranks (respawn_run.py), oldest first."""
     respawns: dict[str, int] = field(default_factory=dict)
     """How many times each role was replaced (respawn_run.py): its episode ids' generation."""
+    replacing: bool = True
+    """False once the ranks left agreed not to replace lost collectors, the stop having begun
+    (respawn_run.replacing_agreed): then they never do again."""
 
     @functools.cached_property
     def wiring(self) -> Wiring:
@@ -344,7 +347,8 @@ def poll_until_finished(
             on_ranks_lost(
                 lost, every_lost, roles, plan.topology, tolerance, transport.rank, plan.run_dir
             )
-            if respawns:  # only collectors were lost, or on_ranks_lost ended the job
+            # only collectors were lost, or on_ranks_lost ended the job
+            if respawns and replacing_agreed(transport, plan, roles):  # type: ignore[arg-type]
                 plan.worlds.append(replace_lost(transport, plan, roles))  # type: ignore[arg-type]
         for role in roles:
             if not role.finished:

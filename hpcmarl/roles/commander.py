@@ -321,6 +321,10 @@ class Commander(Role):
                 f"at {self.position()}"
             )
 
+    def takes_replacements(self) -> bool:
+        """A replaced collector gets tasks only while the run goes on."""
+        return self.phase == "running"
+
     def note_first_task(self, collector: str) -> None:
         """A replaced collector's first task: its `rank_respawned` row, with the seconds from
         its loss to this task (the replacement's cost to the run)."""

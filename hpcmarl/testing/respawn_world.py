@@ -129,6 +129,7 @@ class Member:
         heard = time.monotonic()
         others = self.live_peers(but=lost)
         send_all(transport, self.me, others, f"before{k}")  # on the old world, not yet received
+        transport.forget_lost()  # as launch/respawn_run.py does before its respawn
         world = respawn(comm, replace, [*ARGS, "--replacement", "--round", str(k), *self.argv])
         rank_of = {
             n: GONE if r == GONE else world.new_rank.get(r, GONE) for n, r in self.rank_of.items()
