@@ -345,9 +345,10 @@ class RuntimeConfig:
     respawn_collectors: bool = False
     """Under `fault_tolerance: collectors`, replace a lost collector rank during the run: the
     ranks left spawn a new one (`MPI_Comm_spawn`, launch/respawn_run.py) that hosts the lost
-    rank's collectors, pulls weights and takes tasks again. Off by default for now: a loss
-    heard once the job's stop has begun ends the job (docs/failure-modes.md). False goes on
-    with the collectors left."""
+    rank's collectors, pulls weights and takes tasks again; a collector lost once the job's
+    stop has begun is not replaced. Off by default for now: a replacement that dies ends the
+    job (Open MPI's spawned ranks are not fault tolerant), and a spawn on another host is
+    untested (docs/failure-modes.md). False goes on with the collectors left."""
     stall_timeout_s: float | None = 300.0
     """A run whose env steps and learner updates both stay still this long (every role alive,
     but each waiting on another) fails with what waits on what: the tasks running, the roles
