@@ -67,7 +67,8 @@ class GaussianPolicy(nn.Module):
     log standard deviation per action dimension is a parameter of its own, independent of the
     observation (as in the PPO papers and CleanRL's `ppo_continuous_action.py`: a state-
     dependent one is less stable on small budgets). `forward` returns the mean, which is also
-    the greedy action; the flat vector holds `mean.*` then `log_std`."""
+    the greedy action; the flat vector holds `log_std` (the module's own parameter comes
+    first in `named_parameters`) then `mean.*`."""
 
     def __init__(self, mean: nn.Module, action_dim: int) -> None:
         super().__init__()

@@ -77,8 +77,8 @@ def test_actors_are_built_from_their_spec_and_check_its_layout() -> None:
     broken = PolicySpec(**{**vars(pi_spec), "params": pi_spec.params[:-1]})
     with pytest.raises(ValueError, match="the spec lists"):
         build_actor(broken)
-    with pytest.raises(ConfigError, match="actor kind 'gaussian'"):
-        build_actor(PolicySpec(**{**vars(pi_spec), "actor": "gaussian"}))
+    with pytest.raises(ConfigError, match="actor kind 'beta'"):
+        build_actor(PolicySpec(**{**vars(pi_spec), "actor": "beta"}))
 
 
 def test_masks_are_honoured_by_greedy_exploring_and_sampling_actors() -> None:
