@@ -3,10 +3,10 @@ default), eval return against env steps and wall time, beside the random policy.
 
 For each seed this runs the job file in one process (`python -m hpcmarl JOB`) to a step budget
 and reads its `metrics.jsonl`: the greedy evaluations (its `commander.eval_episodes` each)
-against env steps and seconds. In the same run it measures the baseline, uniformly random
-actions within the bounds, and plays each run's final policy (`hpcmarl.load_policy`, its mean
-action clipped to the bounds) on the same `--episodes` start states as the random policy, so
-the two figures differ only by the policy. `final_vs_random_ratio` is the final policy's mean
+against env steps and seconds. Then it plays the run's final policy and, as the baseline,
+uniformly random actions within the bounds on the same `--episodes` start states, as
+`python -m hpcmarl evaluate RUN_DIR --random` does (`analysis.evaluate.evaluate_run`), so the
+two figures differ only by the policy. `final_vs_random_ratio` is the final policy's mean
 return over the random one's: Pendulum's returns are costs (negative), so lower is better and
 0.2 means a fifth of random play's cost. `--threshold` is the return whose first crossing by
 an evaluation gives `steps_to_threshold` and `seconds_to_threshold`.
@@ -27,38 +27,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import gymnasium
 import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def episode_returns(env_id: str, act: Callable[[np.ndarray], Any], episodes: int) -> list[float]:
-    """Returns of `act` over `episodes` episodes of `env_id` seeded 1000, 1001, ..."""
-    env = gymnasium.make(env_id)
-    returns = []
-    for episode in range(episodes):
-        obs, _ = env.reset(seed=1000 + episode)
-        total, done = 0.0, False
-        while not done:
-            obs, reward, terminated, truncated, _ = env.step(act(obs))
-            total += float(reward)
-            done = bool(terminated or truncated)
-        returns.append(total)
-    env.close()
-    return returns
-
-
-def random_returns(env_id: str, episodes: int) -> list[float]:
-    """Uniform actions within the action space's bounds."""
-    space = gymnasium.make(env_id).action_space
-    space.seed(0)
-    return episode_returns(env_id, lambda obs: space.sample(), episodes)
 
 
 def train(job: str, steps: int, seed: int, run_dir: Path) -> tuple[float, list[dict]]:
@@ -83,13 +58,12 @@ def first_crossing(evals: list[dict], threshold: float) -> tuple[int | None, flo
     return None, None
 
 
-def one_seed(args: argparse.Namespace, env_id: str, seed: int, tmp: Path) -> dict[str, Any]:
-    import hpcmarl  # after the run: this process stays light while it trains
+def one_seed(args: argparse.Namespace, seed: int, tmp: Path) -> dict[str, Any]:
+    from hpcmarl.analysis.evaluate import evaluate_run  # after the run: this process stays light
 
     run_dir = tmp / f"seed{seed}"
     wall, evals = train(args.job, args.steps, seed, run_dir)
-    policy = hpcmarl.load_policy(run_dir)
-    final = episode_returns(env_id, policy.act, args.episodes)
+    final = evaluate_run(run_dir, args.episodes, seed=10_000_000, random_baseline=True)
     steps_to, seconds_to = first_crossing(evals, args.threshold)
     print(f"\nseed {seed}: eval curve (greedy, env steps / seconds / return)")
     for row in evals:
@@ -97,8 +71,9 @@ def one_seed(args: argparse.Namespace, env_id: str, seed: int, tmp: Path) -> dic
     return {
         "seed": seed,
         "wall_s": wall,
-        "final": float(np.mean(final)),
-        "final_sem": float(np.std(final) / np.sqrt(len(final))),
+        "final": final["return_mean"],
+        "final_sem": final["return_sem"],
+        "random": final["random"]["return_mean"],
         "best_eval": max(r["return_mean"] for r in evals) if evals else None,
         "steps_to": steps_to,
         "seconds_to": seconds_to,
@@ -113,18 +88,14 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=20, help="episodes of each final score")
     p.add_argument("--threshold", type=float, default=-400.0)
     args = p.parse_args()
-    env = yaml.safe_load((ROOT / args.job).read_text())["env"]
-    if env.get("kind", "gymnasium") != "gymnasium":
-        sys.exit("bench_continuous: the job must name a gymnasium env (env.kind: gymnasium)")
-    env_id = env["id"]
-    random = random_returns(env_id, args.episodes)
-    random_mean = float(np.mean(random))
+    env_id = yaml.safe_load((ROOT / args.job).read_text())["env"]["id"]
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [one_seed(args, env_id, seed, Path(tmp)) for seed in args.seeds]
+        runs = [one_seed(args, seed, Path(tmp)) for seed in args.seeds]
+    random_mean = float(np.mean([r["random"] for r in runs]))
     print(f"\n{env_id}, {args.job}, {args.steps:,} env steps a run, load {os.getloadavg()[0]:.1f}")
-    print(f"random policy: {random_mean:.1f} +- {np.std(random) / np.sqrt(len(random)):.1f}")
+    print(f"random policy, on each run's final-score start states: {random_mean:.1f}")
     print(
-        f"{'seed':>4} {'wall s':>7} {'final':>8} {'sem':>6} {'best eval':>9} "
+        f"{'seed':>4} {'wall s':>7} {'final':>8} {'sem':>6} {'random':>8} {'best eval':>9} "
         f"{'steps to':>9} {'s to':>6}"
     )
     for r in runs:
@@ -133,6 +104,7 @@ def main() -> None:
         secs_to = "-" if r["seconds_to"] is None else f"{r['seconds_to']:.1f}"
         print(
             f"{r['seed']:>4} {r['wall_s']:>7.1f} {r['final']:>8.1f} {r['final_sem']:>6.1f} "
+            f"{r['random']:>8.1f} "
             f"{best:>9} {steps_to:>9} {secs_to:>6}"
         )
     final = float(np.mean([r["final"] for r in runs]))
