@@ -15,7 +15,15 @@ A task can be cut short: a checkpoint or a stop sends `wrap_up`, and an off-poli
 after the update in flight, whatever `updates_per_task` is. The members of a group must apply
 the same number of updates, but each hears `wrap_up` at its own time, so each averaged vector
 carries one more element, the member's wish to wrap up: the average of it is the same on every
-member, and a task ends after the first update in which any member wished it.
+member, and a task ends after the first update in which any member wished it. A lone learner
+asks for no more batches once told, so with none in hand or on its way its task ends at once.
+
+The replay shards answer at once, empty, what they cannot serve while collection is stopped
+for a checkpoint or the end (drain mode), since the inserts a request waits for may never
+come: the learner asks that shard no more in this task (`GroupTrainer.dry`). A group member
+goes on asking the others, so that its group can agree in one more update: free-running grants
+a task only once some shard holds `learning_starts` of the group, and such a shard serves every
+request at once in drain mode.
 
 A group never drifts apart unnoticed: at start (fresh or resumed) every member takes the group
 root's weights, and every `drift_check_interval` averaged updates the members compare a digest of
@@ -117,6 +125,9 @@ class GroupTrainer:
     attempt: int = 0
     """Deterministic mode: shards that answered the pending update's request empty, so the
     update asks the next in its rotation (see `Learner.request_samples`)."""
+    dry: set = field(default_factory=set)
+    """Free-running: shards that answered this task's request empty (drain mode, below
+    `learning_starts`): not asked again in this task, while another shard may serve."""
 
     @property
     def on_policy(self) -> bool:
@@ -223,7 +234,7 @@ class Learner(Role):
             self.publish(self.trainers[group])
         for trainer in self.trainers.values():
             trainer.remaining, trainer.unfinished = msg.meta["updates"], 0
-            trainer.attempt = 0
+            trainer.attempt, trainer.dry = 0, set()
             trainer.stats, trainer.dropped, trainer.parts, trainer.empty = [], {}, {}, 0
             if trainer.on_policy and trainer.remaining:  # (PSRO's retarget task has none)
                 self.request_fragments(trainer, msg.meta["take"].get(trainer.group, {}))
@@ -237,7 +248,10 @@ class Learner(Role):
         trainer = self.trainers[msg.meta["group"]]
         trainer.awaiting.discard(msg.src)
         if msg.meta.get("empty"):
-            self.try_next_shard(trainer)
+            if self.sequential:
+                self.try_next_shard(trainer)
+            else:  # drain mode (ReplayShard.nothing_to_wait_for)
+                trainer.dry.add(msg.src)
             return
         if not trainer.on_policy:
             trainer.samples.append(msg)
@@ -278,12 +292,30 @@ class Learner(Role):
                 turn = (trainer.updates + trainer.attempt) % len(self.shards)
                 self.ask_for_batch(trainer, self.shards[turn])
             return
+        if self.wrapping and trainer.averager.size == 1:
+            self.end_when_empty_handed(trainer)
+            return
+        if trainer.dry >= set(self.shards):  # see `end_when_empty_handed`
+            trainer.dry.clear()
         wanted = trainer.remaining - len(trainer.samples) - (trainer.steps is not None)
         for shard in self.shards:
             if wanted <= len(trainer.awaiting):
                 return
-            if shard not in trainer.awaiting:
+            if shard not in trainer.awaiting and shard not in trainer.dry:
                 self.ask_for_batch(trainer, shard)
+
+    def end_when_empty_handed(self, trainer: GroupTrainer) -> None:
+        """A lone learner told to wrap up asks for no more batches; with no update in flight,
+        no batch in hand and none on its way, no update is left to end after, so its task ends
+        now: in drain mode every shard answers at once (empty when it cannot serve).
+
+        Asking on matters elsewhere. Every shard answered empty while no wrap-up came: a task
+        granted as the drain of a concurrently written checkpoint ended, the shards' `relax`
+        off still on its way; asked again, they serve. A member of a group cannot end alone
+        (its group ends on an update's average): it asks until a shard serves it."""
+        idle = trainer.steps is None and not trainer.samples and not trainer.awaiting
+        if idle and trainer.remaining:
+            trainer.unfinished, trainer.remaining = trainer.remaining, 0
 
     def try_next_shard(self, trainer: GroupTrainer) -> None:
         """Deterministic mode: the shard asked holds none of the group's items; the next in

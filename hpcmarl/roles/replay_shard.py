@@ -18,7 +18,7 @@ asks for one batch at a time; a replay request waits here until the limiter allo
 queue request is answered at once with what the queue holds (the commander grants learners
 only what it knows was inserted). In deterministic mode nothing is inserted while learners
 learn, so a replay request on a table too small to sample is answered at once, empty, and the
-learner asks its next shard.
+learner asks its next shard; so is one in drain mode, when collection has stopped.
 
 Checkpoints: the file is written from the tables' own memory, not from a copy of many GiB, so
 while it is written (`writing`) batches wait in `pending_inserts` instead of overwriting rows
@@ -320,11 +320,22 @@ class ReplayShard(Role):
         return served > 0
 
     def nothing_to_wait_for(self, group: str) -> bool:
-        """Deterministic mode: a table that cannot serve now never will before the learner's
-        task ends (lockstep inserts nothing during the learn phase), so a request on it is
-        answered at once, empty, and the learner asks its next shard. Whether this shard
-        can serve depends only on what was inserted, so a resume answers as the run did."""
-        if not self.deterministic or self.writing:
+        """Whether a request the table cannot serve now is answered at once, empty, rather
+        than held until inserts let it be served.
+
+        Deterministic mode: a table that cannot serve now never will before the learner's
+        task ends (lockstep inserts nothing during the learn phase), so the learner asks its
+        next shard. Whether this shard can serve depends only on what was inserted, so a
+        resume answers as the run did.
+
+        Otherwise only in drain mode (`relax`: the commander stopped collection for a
+        checkpoint or the end): the inserts a table below `learning_starts` waits for may
+        never come, and a learner task holding a request here could not end (its trainer is
+        done only with no request in flight), so the checkpoint or the stop would wait for
+        it for ever. The learner leaves this shard alone for the rest of its task."""
+        if not self.deterministic:
+            return self.limiters[group].relaxed
+        if self.writing:
             return False
         return not any(m.meta["group"] == group for m in self.pending_inserts)
 

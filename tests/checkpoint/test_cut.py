@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from hpcmarl.comm.protocol import Message
 from hpcmarl.comm.transport import LocalTransport
@@ -87,3 +90,62 @@ def test_a_cut_during_start_up_waits_for_the_learners_first_push(tmp_path: Path)
                 assert "weights" in tables[spec][policy], key
                 checked += 1
     assert checked == 2  # one policy per player
+
+
+STARVED_SHARD = [
+    "commander.stop_value=null",
+    "commander.eval_interval_s=1000",
+    "checkpoint.interval_s=0",
+    "topology.learners=1",
+    "topology.replay_shards=2",
+    # Compact rows: each collector feeds one home shard, replay0 those of collectors 0 and 2,
+    # replay1 that of collector 1, so replay0 reaches learning_starts first.
+    "topology.collectors=3",
+    "replay.ignore_obs_next=true",
+    "replay.learning_starts=300",
+    "collector.fragments_per_task=1",
+]
+
+
+@pytest.mark.parametrize("end", ["cut", "stop"])
+def test_a_learner_task_waiting_on_a_shard_below_learning_starts_ends(
+    tmp_path: Path, end: str
+) -> None:
+    """A learner task keeps a sample request at every shard, and a shard holds one it cannot
+    serve until inserts come. Once collection stops for a checkpoint or the end, none may
+    come: a request at a shard below `learning_starts` held the cut (and the final stop)
+    until its timeout, while the other shard could be sampled and the task had begun."""
+    cfg = load_job("jobs/default.yaml", [*STARVED_SHARD, f"runtime.run_dir={tmp_path}"])
+    world = OneRank(cfg)
+    roles = build_roles(cfg, world.spec, world.topology, world.transport, None, str(tmp_path))
+    commander = next(role for role in roles if isinstance(role, Commander))
+    ready, starved = (next(r for r in roles if r.name == n) for n in ("replay0", "replay1"))
+    learner = next(role for role in roles if role.kind == "learner")
+    collectors = [role for role in roles if role.kind == "collector"]
+    (group,) = learner.trainers  # type: ignore[attr-defined]
+    trainer = learner.trainers[group]  # type: ignore[attr-defined]
+    starts = cfg.replay.learning_starts
+    for role in roles:
+        role.start()
+    poll_until(roles, lambda: ready.tables[group].size >= starts, "replay0 to fill")  # type: ignore[attr-defined]
+    # Collection paused (the collectors' tasks in flight end after the cut or stop begins):
+    # the learner's task starts, with a request waiting at the starved shard.
+    others = [role for role in roles if role not in collectors]
+    poll_until(others, lambda: starved.name in trainer.awaiting, "a learner task")
+    if end == "cut":  # committed only once no task runs
+        commander.checkpoints.begin()
+        poll_until(roles, lambda: commander.checkpoints.taken == ["000001"], "the checkpoint")
+    else:
+        commander.request_stop("step budget reached")  # with the final checkpoint (at_end)
+        poll_until(roles, lambda: commander.finished, "the stop")
+        assert commander.exit_code == 0
+        assert trainer.unfinished > 0 and learner.task is None  # type: ignore[attr-defined]
+    assert starved.tables[group].size < starts  # type: ignore[attr-defined]
+
+
+def poll_until(roles: list[Role], done: Callable[[], bool], what: str, limit_s: float = 30) -> None:
+    """Poll every role until `done()`; a wait past `limit_s` fails, naming what it waited for."""
+    deadline = time.monotonic() + limit_s
+    while not done():
+        assert time.monotonic() < deadline, f"waited {limit_s:g} s for {what}"
+        poll(roles, 1)

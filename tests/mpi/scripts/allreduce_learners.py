@@ -8,6 +8,7 @@ inboxes; the script plays those roles by putting task and sample messages in the
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -24,7 +25,9 @@ from hpcmarl.testing.groups import group_of
 DRIFT_CHECK_INTERVAL = 5
 
 
-def make_learner(av: SoloAverager, members: list[str]) -> Learner:
+def make_learner(
+    av: SoloAverager, members: list[str], shards: tuple[str, ...] = ("replay0",)
+) -> Learner:
     job = JobConfig()
     job.learner.drift_check_interval = DRIFT_CHECK_INTERVAL
     job.replay.prioritized = False
@@ -34,9 +37,9 @@ def make_learner(av: SoloAverager, members: list[str]) -> Learner:
     servers = dict.fromkeys(specs, "ps0")
     trainer = GroupTrainer("shared", algo, items, specs, av, av.rank == 0, servers, members)
     transport = LocalTransport({}, 0)
-    for peer in ("commander", "ps0", "replay0"):
+    for peer in ("commander", "ps0", *shards):
         transport.register(peer)
-    return Learner(members[av.rank], transport, job.learner, [trainer], ["replay0"])
+    return Learner(members[av.rank], transport, job.learner, [trainer], list(shards))
 
 
 def poll_until(
@@ -87,6 +90,7 @@ def check_learners(av: SoloAverager, members: list[str], batch: dict) -> None:
     assert av.rank == late or polls > 50, f"{learner.name} blocked: {polls} polls"
     rows = av.gather(weights_row(learner))
     assert (rows == rows[0]).all() and rows[0][0] == 12, f"members apart after a task: {rows}"
+    check_wrap_beside_a_starved_shard(av, members, batch)
     if av.rank == late:  # a learner gone astray: one weight off by a little
         algo = learner.trainers["shared"].algo
         assert isinstance(algo, DQN)
@@ -100,3 +104,46 @@ def check_learners(av: SoloAverager, members: list[str], batch: dict) -> None:
         assert f"{members[late]} differ from" in text and "group shared" in text, text
         return
     raise AssertionError("a drifted learner went unnoticed")
+
+
+def check_wrap_beside_a_starved_shard(av: SoloAverager, members: list[str], batch: dict) -> None:
+    """A free-running task keeps a request at every shard. Once collection stops for a
+    checkpoint or the end, a shard below `learning_starts` answers it empty (drain mode) while
+    the other serves at once: the members, told to wrap up at different times, still end the
+    task after the same update, with no request left in flight, and ask the starved shard no
+    more in that task."""
+    learner = make_learner(av, members, ("replay0", "replay1"))
+    poll_until(learner, lambda: learner.started, "start-up")
+    task = {"task_id": 3, "updates": 10**9}
+    learner.inbox.append(Message("task", "commander", learner.name, task))
+    inboxes, held, asked = learner.transport.inboxes, [], 0
+    wrap_at = time.monotonic() + 0.2 * (1 + av.rank)
+
+    def shards_answer() -> bool:
+        nonlocal asked
+        for msg in drained(inboxes["replay0"]):
+            learner.inbox.append(Message("sample", "replay0", learner.name, msg.meta, dict(batch)))
+        requests = drained(inboxes["replay1"])
+        held.extend(requests)  # below learning_starts: held, as a shard does
+        asked += len(requests)
+        if held and time.monotonic() >= wrap_at:
+            if not learner.wrapping:
+                learner.inbox.append(Message("wrap_up", "commander", learner.name, task))
+            empty = {"group": "shared", "items": 0, "empty": True}
+            learner.inbox.extend(Message("sample", "replay1", learner.name, empty) for _ in held)
+            held.clear()
+        return any(m.kind == "task_done" for m in inboxes["commander"])
+
+    poll_until(learner, shards_answer, "the wrapped task")
+    rows = av.gather(weights_row(learner))
+    assert (rows == rows[0]).all() and rows[0][0] > 0, f"members apart after a wrap: {rows}"
+    trainer = learner.trainers["shared"]
+    assert trainer.unfinished > 0 and not trainer.awaiting, learner.name
+    assert asked == 1, f"{learner.name} asked the starved shard {asked} times"
+
+
+def drained(inbox: deque[Message]) -> list[Message]:
+    """The messages an inbox holds, taken out of it."""
+    taken = list(inbox)
+    inbox.clear()
+    return taken
