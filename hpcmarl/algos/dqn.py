@@ -38,7 +38,7 @@ def transition_item(group: GroupSpec, job: Any, n_step: int = 1) -> ItemSpec:
     """One agent's step, as DQN and BC learn from it (DESIGN.md §3 column names), with the
     legal-action masks when the env has them; or, for n > 1, its n-step transition."""
     obs_dim, n_actions = group.dims(group.policies[0])
-    columns = transition_columns(obs_dim, group.obs_dtype)
+    columns = transition_columns(obs_dim, group.obs_dtype, n_actions if group.continuous else None)
     if group.action_masks:
         columns += mask_columns(n_actions)
     selector = "prioritized" if job.replay.prioritized else "uniform"

@@ -39,10 +39,13 @@ def policy_specs(cfg: Any, group: GroupSpec) -> dict[str, PolicySpec]:
     return algorithm_class(cfg.learner.algo).policy_specs(group, cfg)
 
 
-def check_fits(algo_name: str, action_space: gymnasium.Space, psro: bool = False) -> None:
+def check_fits(
+    algo_name: str, action_space: gymnasium.Space, psro: bool = False, offline: bool = False
+) -> None:
     """Raise `EnvError` when `algo_name` cannot act in `action_space`: every algorithm takes
     `Discrete` actions, only those declaring `continuous_actions` (PPO) take a `Box`, and
-    PSRO's meta-game (`psro`) is over discrete actions whatever trains it."""
+    PSRO's meta-game (`psro`) is over discrete actions whatever trains it. An `offline` job
+    cannot turn to PPO, which learns online: its fix says so."""
     decl = decl_of(algo_name)
     name = algo_name if decl.plugin else algo_name.upper()
     if isinstance(action_space, gymnasium.spaces.Discrete):
@@ -52,8 +55,11 @@ def check_fits(algo_name: str, action_space: gymnasium.Space, psro: bool = False
             raise EnvError(
                 f"{name} needs a Discrete action space, the environment has continuous actions "
                 f"{action_space}",
-                "use learner.algo=ppo (or ippo/mappo), which trains a Gaussian policy on Box "
-                "actions",
+                "offline training (learner.algo=bc or dqn) takes Discrete actions only: train "
+                "this env online with learner.algo=ppo"
+                if offline
+                else "use learner.algo=ppo (or ippo/mappo), which trains a Gaussian policy on "
+                "Box actions",
             )
         if psro:
             raise EnvError(

@@ -55,6 +55,7 @@ def _agent(s: AgentStats) -> dict[str, Any]:
             "values": values.tolist(),
             "counts": counts.tolist(),
             "fractions": _fractions(counts),
+            **({"dims": [_moments(m) for m in s.action_dims]} if s.action_dims else {}),
         },
         "return": _moments(s.returns),
         "return_over_training": _finite(s.progress.means()[:, 0]),

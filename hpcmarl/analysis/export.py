@@ -15,8 +15,12 @@ agent's data, in Minari's Dict layout (`observations/<agent>`, `actions/<agent>`
 observation and action spaces in the metadata). Its `rewards` are the team reward (the sum over
 the agents), `infos/rewards/<agent>` each agent's own, `infos/active/<agent>` which steps an
 agent really took: an agent that finished first is padded to the team's length with its final
-observation, action 0 and reward 0. The episode terminates where its last agent's episode
-terminated, else it is truncated. A team episode with any agent's rows missing is left out.
+observation, action 0 (a zero vector for continuous actions) and reward 0. The episode
+terminates where its last agent's episode terminated, else it is truncated. A team episode
+with any agent's rows missing is left out.
+
+Continuous (Box) actions are exported as the env took them, clipped to the bounds of the
+file's action space (a replay log keeps the policy's unclipped samples).
 
 Both outputs are written under a temporary name and renamed when complete; an existing output
 is never overwritten.
@@ -123,12 +127,21 @@ def _box(dim: int, dtype: np.dtype | None = None) -> dict[str, Any]:
     }
 
 
-def _discrete(source: Source, agent: str, max_action: int) -> dict[str, Any]:
-    """Minari's serialised Discrete space of the agent's actions: the file's own, else as
-    many actions as were seen."""
+def _action_space(source: Source, agent: str, max_action: int) -> dict[str, Any]:
+    """Minari's serialised space of the agent's actions: the file's own (a Discrete count, or
+    the Box of continuous actions), else a Discrete of as many actions as were seen."""
     space = source.action_spaces.get(agent)
+    if space and space.get("type") == "Box":
+        return dict(space)
     n = int(space["n"]) if space else max_action + 1
     return {"type": "Discrete", "dtype": "int64", "start": 0, "n": n}
+
+
+def _highest(so_far: int, actions: np.ndarray) -> int:
+    """The highest discrete action seen (continuous action vectors leave it as it was)."""
+    if actions.dtype.kind not in "iu" or not len(actions):
+        return so_far
+    return max(so_far, int(actions.max()))
 
 
 def _default_out(path: Path, agent: str, fmt: str) -> Path:
@@ -148,7 +161,20 @@ def _agent_rows(source: Source, k: int, chunk_rows: int) -> Iterator[Columns]:
     own = Source(source.label, source.kind, source.files, tables, source.agents, {})
     for _, _, cols in chunks(own, COLUMNS, chunk_rows):
         mine = cols["agent_id"] == k
-        yield cols if mine.all() else {n: c[mine] for n, c in cols.items()}
+        yield _executed(source, cols if mine.all() else {n: c[mine] for n, c in cols.items()})
+
+
+def _executed(source: Source, cols: Columns) -> Columns:
+    """The rows with continuous actions as the env took them, clipped to each agent's Box (a
+    log keeps the policy's unclipped samples); discrete actions as they are."""
+    actions = cols["actions"]
+    if actions.dtype.kind != "f" or not len(actions):
+        return cols
+    clipped = actions.copy()
+    for k in np.unique(cols["agent_id"]).tolist():
+        space, rows = source.action_spaces[source.agents[k]], cols["agent_id"] == k
+        clipped[rows] = np.clip(actions[rows], space["low"], space["high"])
+    return {**cols, "actions": clipped}
 
 
 class D4rlWriter:
@@ -238,7 +264,7 @@ class MinariWriter:
             return
         self.obs_dim = cols["observations"].shape[1]
         self.obs_dtype = cols["observations"].dtype
-        self.max_action = max(self.max_action, int(cols["actions"].max()))
+        self.max_action = _highest(self.max_action, cols["actions"])
         episode = cols["episode_id"]
         for a, b in _runs(episode):
             self._add_run(f, int(episode[a]), {n: c[a:b] for n, c in cols.items()})
@@ -285,7 +311,7 @@ class MinariWriter:
             "total_steps": self.steps,
             "data_format": "hdf5",
             "observation_space": json.dumps(_box(self.obs_dim, self.obs_dtype)),
-            "action_space": json.dumps(_discrete(self.source, agent, self.max_action)),
+            "action_space": json.dumps(_action_space(self.source, agent, self.max_action)),
             "minari_version": MINARI_FORMAT_VERSION,
             "algorithm_name": "hpcmarl",
             "hpcmarl": {"source": self.source.label, "agent": agent},
@@ -338,7 +364,7 @@ def _export_team(
     target = _new_target(out, path, "team", fmt)
     for table in source.tables:
         table.require(COLUMNS)
-    rows = (cols for _, _, cols in chunks(source, COLUMNS, chunk))
+    rows = (_executed(source, cols) for _, _, cols in chunks(source, COLUMNS, chunk))
     result = TeamMinariWriter(source).write(rows, target)
     return {"format": fmt, "agent": "team", "out": str(target), **result}
 
@@ -372,7 +398,7 @@ class TeamMinariWriter(MinariWriter):
             return  # padding after the agent's (or the team's) episode ended
         self.obs_dims[k] = run["observations"].shape[1]
         self.obs_dtypes[k] = run["observations"].dtype
-        self.max_actions[k] = max(self.max_actions[k], int(run["actions"].max()))
+        self.max_actions[k] = _highest(self.max_actions[k], run["actions"])
         held = self.team_open.setdefault(episode, {}).setdefault(k, _Held())
         held.add(run)
         cols = held.complete()
@@ -405,7 +431,8 @@ class TeamMinariWriter(MinariWriter):
             pad = steps - t
             seen = np.concatenate([cols["observations"], cols["next_observations"][-1:]])
             obs[name] = np.concatenate([seen, np.repeat(seen[-1:], pad, axis=0)])
-            actions[name] = np.concatenate([cols["actions"], np.zeros(pad, cols["actions"].dtype)])
+            done = cols["actions"]
+            actions[name] = np.concatenate([done, np.zeros((pad, *done.shape[1:]), done.dtype)])
             own = np.concatenate([cols["rewards"], np.zeros(pad, cols["rewards"].dtype)])
             rewards[name] = own
             active[name] = np.arange(steps) < t
@@ -428,7 +455,7 @@ class TeamMinariWriter(MinariWriter):
             for k, name in enumerate(self.agents)
         }
         act = {
-            name: _discrete(self.source, name, self.max_actions[k])
+            name: _action_space(self.source, name, self.max_actions[k])
             for k, name in enumerate(self.agents)
         }
         return {

@@ -324,12 +324,23 @@ def _log_source(file: Path, f: h5py.File) -> Source:
         agents=list(agents),
         policy_of=dict(policy_of),
         env_id=plain(f.attrs.get("env_id")),
-        n_actions={a: int(space["n"]) for a, space in actions.items()},
+        n_actions={a: action_count(space) for a, space in actions.items()},
         observation_spaces=_json_attr(f, "observation_spaces", file),
         action_spaces=actions,
         wallclock=(time_ds, rows_ds),
         team=len(agents),
     )
+
+
+def action_count(space: dict[str, Any]) -> int:
+    """A log's serialised action space's size: a `Discrete` space's count, a (flat) `Box`'s
+    width."""
+    return int(space["shape"][0]) if space.get("type") == "Box" else int(space["n"])
+
+
+def continuous_agents(source: Source) -> list[str]:
+    """The agents whose actions the source's files record as `Box` (float32 vectors)."""
+    return [a for a, space in source.action_spaces.items() if space.get("type") == "Box"]
 
 
 def _checkpoint_source(folder: Path, opened: list[tuple[Path, h5py.File]]) -> Source:

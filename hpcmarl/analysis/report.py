@@ -176,6 +176,11 @@ def _actions(s: dict[str, Any]) -> list[str]:
     for name, a in s["agents"].items():
         act = a["actions"]
         parts = [f"{v}: {f:.1%}" for v, f in zip(act["values"], act["fractions"], strict=True)]
+        parts += [
+            f"dim {d} mean {_num(m.get('mean'))} std {_num(m.get('std'))} "
+            f"[{_num(m.get('min'))}, {_num(m.get('max'))}]"
+            for d, m in enumerate(act.get("dims", []))
+        ]
         lines.append(f"- {name}: " + (", ".join(parts) if parts else "not discrete"))
     return lines + [""]
 

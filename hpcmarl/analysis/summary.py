@@ -38,6 +38,8 @@ class AgentStats:
         self.items = 0
         self.rewards, self.reward_hist = Moments(), FloatHistogram()
         self.actions = IntCounts()
+        self.action_dims: list[Moments] = []
+        """Per dimension of continuous (float vector) actions: their moments."""
         self.terminations = self.truncations = 0
         self.episodes = self.complete = 0
         self.returns = Moments()
@@ -47,8 +49,13 @@ class AgentStats:
         self.items += len(cols["rewards"])
         self.rewards.add(cols["rewards"])
         self.reward_hist.add(cols["rewards"])
-        if cols["actions"].ndim == 1 and cols["actions"].dtype.kind in "iub":
-            self.actions.add(cols["actions"])
+        actions = cols["actions"]
+        if actions.ndim == 1 and actions.dtype.kind in "iub":
+            self.actions.add(actions)
+        elif actions.ndim == 2 and actions.dtype.kind == "f":
+            self.action_dims += [Moments() for _ in range(actions.shape[1] - len(self.action_dims))]
+            for moments, column in zip(self.action_dims, actions.T, strict=False):
+                moments.add(column)
         self.terminations += int(np.count_nonzero(cols["terminations"]))
         self.truncations += int(np.count_nonzero(cols["truncations"]))
 

@@ -6,7 +6,8 @@
 classic dicts: the `observation` part is what an agent observes, the `action_mask` part the
 mover's legal actions (every other agent gets all actions, as in `envs.openspiel`). The steps
 PettingZoo needs for agents that are done (`step(None)`) are taken inside the copy, their
-rewards added to the step's. The episode is over when no agent is left.
+rewards added to the step's. The episode is over when no agent is left. A mover's `Box`
+action is clipped to its bounds, as in the parallel adapters (items keep the unclipped sample).
 """
 
 from __future__ import annotations
@@ -52,8 +53,12 @@ class AECCopy(PettingZooSpaces):
         env = self.env
         mover = env.agent_selection
         k = self._index[mover]
-        action = actions[k] + self._offset[k] if self._offset[k] else actions[k]
-        self._check_legal(mover, action)
+        clip = self._box[k]
+        if clip is not None:  # a Box: clipped to its bounds, as the parallel adapters do
+            action = clip(actions[k])
+        else:
+            action = actions[k] + self._offset[k] if self._offset[k] else actions[k]
+            self._check_legal(mover, action)
         env.step(action)
         out.rewards[:, i] = [env.rewards.get(a, 0.0) for a in self.agents]
         out.terminations[:, i] = [env.terminations.get(a, True) for a in self.agents]

@@ -117,7 +117,8 @@ def probe_env(cfg: JobConfig) -> EnvSpec:
     env.reset()
     policy_of = resolve_mapping(cfg.agents.mapping, env.agents)
     for agent in env.agents:
-        registry.check_fits(cfg.learner.algo, env.action_space(agent), cfg.psro.enabled)
+        space = env.action_space(agent)
+        registry.check_fits(cfg.learner.algo, space, cfg.psro.enabled, bool(cfg.offline.dataset))
     env.check_api()
     check_policy_spaces(
         policy_of,
@@ -182,12 +183,6 @@ def check_storage(cfg: JobConfig, spec: EnvSpec, spaces: dict[str, gymnasium.Spa
     """The producer options store what collectors send to replay tables: transition rows,
     episodes or sequences (on-policy fragments are trained on once and dropped); an env said
     to stack its own frames must do so on its first axis."""
-    if spec.action_boxes and cfg.replay_log.enabled:
-        raise ConfigError(
-            f"replay_log.enabled writes replay files of discrete actions, and {cfg.env.id} has "
-            "continuous (Box) actions",
-            "set replay_log.enabled=false for this env",
-        )
     r, form = cfg.replay, storage_form(cfg)
     if not (form.compact or r.save_only_last_obs):
         return
@@ -565,6 +560,7 @@ def transition_log_writers(cfg: JobConfig, spec: EnvSpec, num_envs: int) -> dict
             {agent: agent},
             spec.state_dim,
             action_masks=spec.action_masks,
+            action_boxes=spec.action_boxes,
         )
         item = transition_item(solo.group_spec(agent, "log"), cfg)
         length = cfg.collector.fragment_length
@@ -592,6 +588,7 @@ def replay_log_for(cfg: JobConfig, spec: EnvSpec, name: str) -> Any:
         flush_every=cfg.replay_log.flush_every_fragments,
         meta=meta,
         obs_dtypes=obs_dtypes(spec),
+        action_boxes=spec.action_boxes,
     )
 
 

@@ -8,12 +8,19 @@ import numpy as np
 from hpcmarl.items.spec import Column
 
 
-def transition_columns(obs_dim: int, obs: str = "<f4") -> tuple[Column, ...]:
+def transition_columns(
+    obs_dim: int, obs: str = "<f4", action_dim: int | None = None
+) -> tuple[Column, ...]:
     """One agent's step: what DQN and BC learn from, and what replay logs hold; `obs` is the
-    observations' dtype (`GroupSpec.obs_dtype`: uint8 for image spaces)."""
+    observations' dtype (`GroupSpec.obs_dtype`: uint8 for image spaces), `action_dim` the
+    width of float32 action vectors for continuous actions (None: one int64 action index;
+    only replay logs of PPO's continuous runs hold them)."""
+    action = (
+        Column("actions", "<i8") if action_dim is None else Column("actions", "<f4", (action_dim,))
+    )
     return (
         Column("observations", obs, (obs_dim,)),
-        Column("actions", "<i8"),
+        action,
         Column("rewards", "<f4"),
         Column("next_observations", obs, (obs_dim,)),
         Column("terminations", "|b1"),

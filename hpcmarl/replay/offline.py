@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..analysis.reader import Source, Table, open_sources, replay_files
+from ..analysis.reader import Source, Table, continuous_agents, open_sources, replay_files
 from ..config.schema import JobConfig
 from ..errors import ConfigError
 from ..storage.hdf5 import StorageError
@@ -121,6 +121,7 @@ def survey(
     streams: dict[str, list[Stream]] = {}
     columns = dataset_columns(spec)
     for source in open_sources(list(replay_files([path])), stack):
+        _refuse_continuous(source)
         if env_id is not None:
             _check_origin(source, spec, env_id)
         found = []
@@ -179,6 +180,18 @@ def _streams_of(
 
 
 _SAME_ENV_FIX = "train on data recorded in the job's environment, or set env.id to the dataset's"
+
+
+def _refuse_continuous(source: Source) -> None:
+    """A log of continuous actions (a PPO run's on a `Box` env) has no action index for BC's
+    or DQN's heads to learn."""
+    boxed = continuous_agents(source)
+    if boxed:
+        raise StorageError(
+            f"{source.label} records continuous (Box) actions of agents {boxed}, and offline "
+            "training (learner.algo=bc or dqn) learns discrete actions only",
+            "give offline.dataset replay files recorded in an env with Discrete actions",
+        )
 
 
 def _check_origin(source: Source, spec: EnvSpec, env_id: str) -> None:

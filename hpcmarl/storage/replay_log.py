@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ WALLCLOCK = "wallclock"
 CHUNK_BYTES = 32 << 10
 """Uncompressed bytes per chunk. Every flush recompresses the chunk it ends in, so the cost of a
 flush grows with this; reads barely speed up beyond it."""
+ActionBounds = tuple[Sequence[float], Sequence[float]]
+"""A continuous action space's flat (low, high) bounds."""
 SPACE_KEYS = ("agents", "policy_of", "observation_spaces", "action_spaces", "env_id")
 """Root attributes a resumed run must match to append to an existing log."""
 
@@ -57,6 +59,7 @@ class ReplayLogWriter:
         flush_every: int,
         meta: dict[str, Any],
         obs_dtypes: Mapping[str, str] | None = None,
+        action_boxes: Mapping[str, ActionBounds] | None = None,
     ) -> None:
         if flush_every < 1:
             raise ValueError(f"flush_every must be >= 1, got {flush_every}")
@@ -70,7 +73,9 @@ class ReplayLogWriter:
         self._pending: dict[int, list[dict[str, np.ndarray]]] = {k: [] for k in range(len(agents))}
         self._stamps: list[tuple[float, np.ndarray]] = []
         self._columns: dict[int, dict[str, h5py.Dataset]] = {}
-        attrs = log_attrs(self.agents, policy_of, obs_dims, n_actions, env_id, obs_dtypes)
+        attrs = log_attrs(
+            self.agents, policy_of, obs_dims, n_actions, env_id, obs_dtypes, action_boxes
+        )
         session = {"opened": time.time(), "meta": meta}
         file = self._reopen(attrs, session) if self.path.exists() else None
         self._file: h5py.File | None = file or self._create(attrs, session)
@@ -221,15 +226,19 @@ def log_attrs(
     n_actions: dict[str, int],
     env_id: str,
     obs_dtypes: Mapping[str, str] | None = None,
+    action_boxes: Mapping[str, ActionBounds] | None = None,
 ) -> dict[str, str]:
     """The root attributes that describe the data, as JSON strings any HDF5 tool can show.
 
     Spaces use Minari's serialisation: observations are flat boxes (the collector flattens
     them) of float32, or of uint8 from 0 to 255 for agents whose `obs_dtypes` is `|u1` (image
-    spaces: the rows are stored as uint8), actions discrete.
+    spaces: the rows are stored as uint8); actions are discrete, or for agents in
+    `action_boxes` (continuous actions) flat float32 boxes of `n_actions` values with the
+    env's bounds, whose rows hold the policy's unclipped samples.
     """
     obs = {a: _obs_box(obs_dims[a], (obs_dtypes or {}).get(a, "<f4")) for a in agents}
-    act = {a: {"type": "Discrete", "dtype": "int64", "start": 0, "n": n_actions[a]} for a in agents}
+    boxes = action_boxes or {}
+    act = {a: _action_space(n_actions[a], boxes.get(a)) for a in agents}
     return {
         "agents": json.dumps(agents),
         "policy_of": json.dumps({a: policy_of[a] for a in agents}),
@@ -237,6 +246,15 @@ def log_attrs(
         "action_spaces": json.dumps(act),
         "env_id": env_id,
     }
+
+
+def _action_space(n: int, box: ActionBounds | None) -> dict[str, Any]:
+    """Minari's serialised space of an agent's actions: `Discrete(n)`, or the flat float32
+    box of width `n` within `box`'s (low, high)."""
+    if box is None:
+        return {"type": "Discrete", "dtype": "int64", "start": 0, "n": n}
+    low, high = box
+    return {"type": "Box", "dtype": "float32", "shape": [n], "low": list(low), "high": list(high)}
 
 
 def _obs_box(width: int, dtype: str) -> dict[str, Any]:

@@ -1,14 +1,17 @@
-"""Continuous (Box) actions: PPO's Gaussian actor and loss, the env adapters' clipping, and
-the one-line refusal of every algorithm that cannot act in a Box."""
+"""Continuous (Box) actions: PPO's Gaussian actor and loss, the env adapters' clipping
+(turn-based ones too), replay logs of float actions and what reads them, and the one-line
+refusal of every algorithm that cannot act in a Box."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import gymnasium
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -18,10 +21,15 @@ from hpcmarl.algos.actors import GaussianActor, UniformActor, build_actor
 from hpcmarl.algos.contract import PolicySpec, run_update
 from hpcmarl.algos.ppo import PPO
 from hpcmarl.algos.registry import check_fits
+from hpcmarl.analysis import analyze
+from hpcmarl.analysis.cli import export_main
 from hpcmarl.envs.adapters import GymnasiumCopy, StepBuffers
+from hpcmarl.envs.aec import AECCopy
 from hpcmarl.errors import EnvError, UserError
 from hpcmarl.launch import run
 from hpcmarl.testing.groups import group_of, job_with
+
+from . import box_turns
 
 torch.set_num_threads(1)
 BOX = ((-1.0, -1.0), (1.0, 1.0))
@@ -122,8 +130,14 @@ def test_the_gymnasium_adapter_clips_actions_to_the_box() -> None:
     np.testing.assert_array_equal(rewards[0][1], rewards[1][1])
 
 
-def test_ippo_trains_a_pettingzoo_env_with_box_actions(tmp_path: Path) -> None:
-    """mpe2's simple_spread with continuous actions, through collectors, shards and learner."""
+def test_ippo_trains_a_pettingzoo_env_with_box_actions_and_logs_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mpe2's simple_spread with continuous actions, through collectors, shards and learner;
+    its replay log holds the unclipped float32 samples, which `analyze` summarises per
+    dimension, Minari reads back clipped to the recorded Box, and offline BC refuses."""
+    import minari
+
     code = run.run_job(
         None,
         [
@@ -132,6 +146,8 @@ def test_ippo_trains_a_pettingzoo_env_with_box_actions(tmp_path: Path) -> None:
             "learner.ppo.batch_fragments=2",
             "collector.fragment_length=10",
             "commander.max_env_steps=200",
+            "topology.collectors=1",
+            "replay_log.enabled=true",
             f"runtime.run_dir={tmp_path / 'run'}",
         ],
     )
@@ -139,6 +155,75 @@ def test_ippo_trains_a_pettingzoo_env_with_box_actions(tmp_path: Path) -> None:
     policy = hpcmarl.load_policy(tmp_path / "run")
     actions = policy.act(np.zeros((4, policy.spec.obs_dim), np.float32), sample=True)
     assert actions.shape == (4, 5) and actions.min() >= 0.0 and actions.max() <= 1.0
+    (log,) = (tmp_path / "run" / "replay").glob("*.h5")
+    with h5py.File(log) as f:
+        logged = f["agents/agent_0/actions"][()]
+        space = json.loads(f.attrs["action_spaces"])["agent_0"]
+    assert logged.dtype == np.float32 and logged.shape[1:] == (5,) and len(logged) >= 200
+    assert (logged < 0).any() or (logged > 1).any()  # unclipped samples
+    assert space == {"type": "Box", "dtype": "float32", "shape": [5], "low": [0.0] * 5} | {
+        "high": [1.0] * 5
+    }
+    dims = analyze([log])["agents"]["agent_0"]["actions"]["dims"]
+    assert len(dims) == 5 and dims[0]["count"] == len(logged)
+    exported = tmp_path / "exported"
+    assert (
+        export_main([str(log), "--format", "minari", "--agent", "0", "--out", str(exported)]) == 0
+    )
+    dataset_id = json.loads((exported / "data" / "metadata.json").read_text())["dataset_id"]
+    (tmp_path / "datasets" / dataset_id).parent.mkdir(parents=True)
+    exported.rename(tmp_path / "datasets" / dataset_id)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    dataset = minari.load_dataset(dataset_id)
+    assert dataset.action_space == gymnasium.spaces.Box(0.0, 1.0, (5,), np.float32)
+    for episode in dataset.iterate_episodes():
+        assert episode.actions.dtype == np.float32 and episode.actions.shape[1:] == (5,)
+        assert episode.actions.min() >= 0.0 and episode.actions.max() <= 1.0  # as the env took
+    offline = ["learner.algo=bc", f"offline.dataset={log}", "commander.max_updates=5"]
+    with pytest.raises(UserError, match=r"continuous \(Box\) actions .* discrete actions only"):
+        hpcmarl.train(None, offline, run_dir=tmp_path / "offline")
+
+
+def test_the_turn_based_adapter_clips_box_actions() -> None:
+    """A mover's unbounded sample reaches the AEC env clipped (it refuses moves outside)."""
+    copy = AECCopy(box_turns.env(), "tests.unit.box_turns")
+    out = StepBuffers.empty([2, 2], 1, None)
+    copy.reset_into(0, 0, out.obs)
+    for sample, moved in ((50.0, 1.0), (-0.25, -0.25), (-3.0, -1.0)):
+        copy.step_into([np.array([sample], np.float32)] * 2, 0, out)
+        assert copy.env.last_move[0] == np.float32(moved)
+
+
+def test_ppo_trains_a_turn_based_env_with_box_actions(tmp_path: Path) -> None:
+    """`box_turns`: random play earns about 1.9 a game (8 moves), the best 8; PPO's shared
+    policy learns each player's target in 1,200 env steps (6.2 there, 12 s at load 12), and the
+    turn-based replay log holds each player's unclipped float32 moves."""
+    job = {"commander": {"max_env_steps": 1200, "eval_interval_s": 3600}}
+    done = hpcmarl.train(
+        job,
+        [
+            "env.kind=pettingzoo",
+            "env.id=tests.unit.box_turns",
+            "learner.algo=ppo",
+            "learner.lr=0.003",
+            "learner.ppo.entropy_coef=0.0",
+            "learner.ppo.batch_fragments=2",
+            "collector.fragment_length=16",
+            "topology.collectors=1",
+            "replay_log.enabled=true",
+        ],
+        run_dir=tmp_path / "run",
+    )
+    assert done.final["train_return"] > 4.5
+    policy = hpcmarl.load_policy(done.run_dir)
+    first, second = policy.act(np.array([[0.5, 0.0], [-0.5, 0.0]], np.float32))[:, 0]
+    assert first > 0 > second
+    moves = []
+    for log in (tmp_path / "run" / "replay").glob("*.h5"):
+        with h5py.File(log) as f:
+            moves += [f[f"agents/{a}/actions"][()] for a in box_turns.AGENTS]
+    assert all(m.dtype == np.float32 and m.shape[1:] == (1,) for m in moves)
+    assert max(np.abs(m).max() for m in moves) > 1.0
 
 
 REFUSED = [
