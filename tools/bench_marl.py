@@ -125,12 +125,13 @@ def update_seconds_per_env_step(algo: str, updates: int = 10) -> float:
     import torch
     from bench_update import seconds_per_update
 
+    from hpcmarl.algos.catalog import on_policy_window
     from hpcmarl.config.loader import load_job
 
     torch.set_num_threads(1)
     job = str(ROOT / JOBS[algo])
     cfg = load_job(job)
-    env_steps = cfg.learner.ppo.batch_fragments * cfg.collector.fragment_length
+    env_steps = on_policy_window(cfg.learner)[0] * cfg.collector.fragment_length
     return seconds_per_update(job, "cpu", updates) / env_steps
 
 

@@ -22,6 +22,7 @@ import time
 import torch
 
 from hpcmarl.algos import registry
+from hpcmarl.algos.catalog import on_policy_window
 from hpcmarl.algos.contract import run_update
 from hpcmarl.config.loader import load_job
 from hpcmarl.launch.build import probe_env
@@ -43,7 +44,8 @@ def seconds_per_update(job: str, device: str, updates: int) -> float:
     group = spec.group_spec(next(iter(spec.training_groups())), cfg.agents.strategy_spec_id)
     items = registry.item_spec(cfg, group)
     algo = registry.algorithm_class(cfg.learner.algo)(group, cfg, cfg.seed, device)
-    count = cfg.learner.ppo.batch_fragments if items.replay.on_policy else cfg.learner.batch_size
+    on_policy = items.replay.on_policy
+    count = on_policy_window(cfg.learner)[0] if on_policy else cfg.learner.batch_size
     n_actions = min(group.n_actions.values())
     batches = [random_items(items, count, n_actions, seed=i) for i in range(4)]
     for batch in batches:  # warm-ups: kernels compiled, caches and allocators filled

@@ -19,13 +19,15 @@ import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from hpcmarl.algos import bc_config, dqn_config, ppo_config, r2d2_config, value_decomposition_config
 from hpcmarl.errors import ConfigError
 
 ENTRY_POINT_GROUP = "hpcmarl.algorithms"
 """The entry-point group in which an installed package names its algorithms."""
+
+Keys = TypeVar("Keys")
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,34 @@ def describe() -> str:
         "--explain module:Class lists its keys"
     )
     return "\n".join(lines)
+
+
+def sections() -> dict[str, tuple[type, str]]:
+    """`learner.<section>` -> (its dataclass, its one-line help) of every built-in algorithm
+    with keys of its own, in catalog order: the fields `config.schema.LearnerConfig` gets, so
+    that a job may hold any of them whichever algorithm it names (a saved `config.yaml` holds
+    them all). A plugin's section is read with its algorithm (`config.validate.build_job`)."""
+    users: dict[str, list[str]] = {}
+    configs: dict[str, type] = {}
+    for decl in CATALOG.values():
+        if decl.section is not None and decl.config is not None:
+            users.setdefault(decl.section, []).append(decl.name)
+            configs[decl.section] = decl.config
+    return {
+        section: (configs[section], f"The keys of learner.algo {' / '.join(names)}.")
+        for section, names in users.items()
+    }
+
+
+def keys_of(learner: Any, config: type[Keys]) -> Keys:
+    """The job's section (`learner.<section>`) that holds a `config`: an algorithm's code reads
+    its keys by their class, never by a section name, which only the catalog (or a plugin's
+    declaration) says. Every built-in section is in every job, so DQN's keys are there when PPO
+    runs; a plugin's is where validation (or the caller) put it."""
+    for keys in vars(learner).values():  # the schema's fields first, then a plugin's section
+        if isinstance(keys, config):
+            return keys
+    raise LookupError(f"the job has no section of {config.__name__} (learner.algo {learner.algo})")
 
 
 def own_keys(learner: Any) -> Any:

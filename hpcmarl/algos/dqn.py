@@ -26,7 +26,9 @@ import torch
 import torch.nn.functional as F
 
 from hpcmarl.algos.base import NetworkAlgorithm
+from hpcmarl.algos.catalog import keys_of
 from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec
+from hpcmarl.algos.dqn_config import DQNConfig
 from hpcmarl.algos.masking import masked_argmax, masked_max
 from hpcmarl.algos.networks import policy_layout, policy_network
 from hpcmarl.algos.torsos import torso_spec
@@ -72,11 +74,11 @@ class DQN(NetworkAlgorithm):
 
     @classmethod
     def item_spec(cls, group: GroupSpec, job: Any) -> ItemSpec:
-        return transition_item(group, job, job.learner.dqn.n_step)
+        return transition_item(group, job, keys_of(job.learner, DQNConfig).n_step)
 
     @classmethod
     def policy_specs(cls, group: GroupSpec, job: Any) -> dict[str, PolicySpec]:
-        d = job.learner.dqn
+        d = keys_of(job.learner, DQNConfig)
         explore = {"eps_start": d.eps_start, "eps_end": d.eps_end, "eps_decay": d.eps_decay_steps}
         return q_policy_spec(group, job, explore)
 
@@ -99,7 +101,7 @@ class DQN(NetworkAlgorithm):
 
         `weights` are importance-sampling weights from prioritized replay (None means all ones).
         """
-        d = self.cfg.dqn
+        d = keys_of(self.cfg, DQNConfig)
         obs = self.tensor(batch, "observations", torch.float32)
         actions = self.tensor(batch, "actions", torch.int64)
         rewards = self.tensor(batch, "rewards", torch.float32)
@@ -131,14 +133,14 @@ class DQN(NetworkAlgorithm):
         return flat_grad, stats, td_np
 
     def after_step(self) -> None:
-        d = self.cfg.dqn
+        d = keys_of(self.cfg, DQNConfig)
         self.follow_targets([(self.q, self.q_target)], d.target_network_update_freq, d.target_tau)
 
     def _next_value(self, next_obs: torch.Tensor, next_mask: torch.Tensor | None) -> torch.Tensor:
         """Value of s' over its legal actions: double Q scores the online argmax with the
         target net; a row with no legal action is worth 0."""
         q_next_target = self.q_target(next_obs)
-        if not self.cfg.dqn.double_q:
+        if not keys_of(self.cfg, DQNConfig).double_q:
             return masked_max(q_next_target, next_mask)
         best = masked_argmax(self.q(next_obs), next_mask)
         value = q_next_target.gather(1, best).squeeze(1)

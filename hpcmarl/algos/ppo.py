@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from hpcmarl.algos.base import NetworkAlgorithm, on_device
+from hpcmarl.algos.catalog import keys_of
 from hpcmarl.algos.contract import (
     ActionBox,
     Batch,
@@ -44,6 +45,7 @@ from hpcmarl.algos.contract import (
 )
 from hpcmarl.algos.masking import entropy_of, masked_log_softmax
 from hpcmarl.algos.networks import feedforward, orthogonal_init, policy_layout, policy_network
+from hpcmarl.algos.ppo_config import PPOConfig
 from hpcmarl.algos.returns import ValueNorm, gae
 from hpcmarl.algos.torsos import torso_spec
 from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec, fragment_columns
@@ -56,7 +58,7 @@ POLICY_GAIN = 0.01
 
 def fragment_item(group: GroupSpec, job: Any) -> ItemSpec:
     """A fragment of the group's agents; the critic's inputs decide what else it holds."""
-    ppo = job.learner.ppo
+    ppo = keys_of(job.learner, PPOConfig)
     obs_dim, n_actions = group.dims(group.policies[0])
     columns = fragment_columns(obs_dim, group.obs_dtype, n_actions if group.continuous else None)
     if ppo.critic == "central":
@@ -86,10 +88,11 @@ class PPO(NetworkAlgorithm):
     @classmethod
     def policy_specs(cls, group: GroupSpec, job: Any) -> dict[str, PolicySpec]:
         specs = {}
-        hidden, activation = tuple(job.learner.hidden_sizes), job.learner.ppo.activation
+        ppo = keys_of(job.learner, PPOConfig)
+        hidden, activation = tuple(job.learner.hidden_sizes), ppo.activation
         for policy in group.policies:
             obs_dim, n_actions = group.dims(policy)
-            ids = len(group.agents_of(policy)) if job.learner.ppo.actor_agent_id else 0
+            ids = len(group.agents_of(policy)) if ppo.actor_agent_id else 0
             key = group.keys[policy]
             torso = torso_spec(job, group, policy)
             actor, box = "categorical", cast(ActionBox, ())
@@ -101,7 +104,7 @@ class PPO(NetworkAlgorithm):
         return specs
 
     def __init__(self, group: GroupSpec, job: Any, seed: int, device: str = "cpu") -> None:
-        self.ppo = job.learner.ppo
+        self.ppo = keys_of(job.learner, PPOConfig)
         super().__init__(group, job, seed, device)
         self.value_norm = ValueNorm()
         self.rng = np.random.default_rng(seed)
@@ -114,7 +117,7 @@ class PPO(NetworkAlgorithm):
 
     # -- networks ---------------------------------------------------------------------------
     def build_networks(self) -> dict[str, torch.nn.Module]:
-        hidden, act = self.cfg.hidden_sizes, self.cfg.ppo.activation
+        hidden, act = self.cfg.hidden_sizes, self.ppo.activation
         nets: dict[str, torch.nn.Module] = {}
         specs = self.policy_specs(self.group, self.job)
         for policy in self.group.policies:
@@ -132,10 +135,10 @@ class PPO(NetworkAlgorithm):
     @property
     def heads(self) -> bool:
         """One critic pass per env step, a value head per agent (`critic_heads`)."""
-        return self.cfg.ppo.critic == "central" and self.cfg.ppo.critic_heads
+        return self.ppo.critic == "central" and self.ppo.critic_heads
 
     def critic_width(self) -> int:
-        ppo, g = self.cfg.ppo, self.group
+        ppo, g = self.ppo, self.group
         if self.heads:
             return g.state_dim
         width = g.state_dim if ppo.critic == "central" else g.dims(g.policies[0])[0]

@@ -31,8 +31,10 @@ import torch
 from torch import nn
 
 from hpcmarl.algos.base import NetworkAlgorithm
+from hpcmarl.algos.catalog import keys_of
 from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec
 from hpcmarl.algos.networks import RecurrentQNet, policy_network
+from hpcmarl.algos.r2d2_config import R2D2Config
 from hpcmarl.algos.value_decomposition import (
     next_values,
     recurrent_q_spec,
@@ -46,7 +48,7 @@ from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec
 
 def sequence_item(group: GroupSpec, job: Any) -> ItemSpec:
     """Sequences of the group's agents with the actor's recurrent state at every step."""
-    hidden = job.learner.r2d2.rnn_hidden
+    hidden = keys_of(job.learner, R2D2Config).rnn_hidden
     columns = team_columns(group, [Column("recurrent_state", "<f4", (hidden,))])
     replay = job.replay
     return ItemSpec(
@@ -81,10 +83,10 @@ class R2D2(NetworkAlgorithm):
 
     @classmethod
     def policy_specs(cls, group: GroupSpec, job: Any) -> dict[str, PolicySpec]:
-        return recurrent_q_spec(group, job, job.learner.r2d2, agent_ids=0)
+        return recurrent_q_spec(group, job, keys_of(job.learner, R2D2Config), agent_ids=0)
 
     def __init__(self, group: GroupSpec, job: Any, seed: int, device: str = "cpu") -> None:
-        self.r = job.learner.r2d2
+        self.r = keys_of(job.learner, R2D2Config)
         self.burn_in = job.replay.burn_in
         self.zero_init = job.replay.zero_init_states
         super().__init__(group, job, seed, device)

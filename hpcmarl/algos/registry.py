@@ -12,7 +12,7 @@ from typing import Any
 
 import gymnasium
 
-from hpcmarl.algos.catalog import AlgoDecl, resolve_algorithm
+from hpcmarl.algos.catalog import AlgoDecl, own_keys, resolve_algorithm
 from hpcmarl.algos.contract import Algorithm, GroupSpec, PolicySpec
 from hpcmarl.errors import ConfigError, EnvError
 from hpcmarl.items.spec import ItemSpec
@@ -89,11 +89,13 @@ def check_job(cfg: Any, groups: dict[str, list[str]]) -> None:
             "offline.dataset holds old data",
             "use learner.algo=dqn or bc for offline training, or drop offline.dataset",
         )
-    if offline and decl.name == "dqn" and cfg.learner.dqn.n_step > 1:
+    n_step = getattr(own_keys(cfg.learner), "n_step", 1) if offline else 1
+    if decl.items == "transition" and n_step > 1:
+        key = f"learner.{decl.section}.n_step"
         raise ConfigError(
-            f"learner.dqn.n_step = {cfg.learner.dqn.n_step}: n-step transitions are built by "
-            "collectors, and offline.dataset holds one-step transitions",
-            "drop learner.dqn.n_step (1) for offline training",
+            f"{key} = {n_step}: n-step transitions are built by collectors, and "
+            "offline.dataset holds one-step transitions",
+            f"drop {key} (1) for offline training",
         )
     if offline and decl.items != "transition":
         raise ConfigError(

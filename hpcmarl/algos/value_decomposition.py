@@ -37,11 +37,13 @@ import torch
 from torch import nn
 
 from hpcmarl.algos.base import NetworkAlgorithm, on_device
+from hpcmarl.algos.catalog import keys_of
 from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec, UpdateSteps
 from hpcmarl.algos.masking import masked_argmax
 from hpcmarl.algos.networks import RecurrentQNet, policy_layout, policy_network
 from hpcmarl.algos.returns import ValueNorm
 from hpcmarl.algos.torsos import torso_spec
+from hpcmarl.algos.value_decomposition_config import QMIXConfig
 from hpcmarl.items.spec import Column, ItemSpec, ReplaySpec
 
 
@@ -75,7 +77,7 @@ def team_columns(group: GroupSpec, extra: list[Column]) -> tuple[Column, ...]:
 
 def episode_item(group: GroupSpec, job: Any) -> ItemSpec:
     """A whole episode of the team; the global state only where the mixer reads it."""
-    qmix = job.learner.qmix
+    qmix = keys_of(job.learner, QMIXConfig)
     state = [
         Column("state", "<f4", (group.state_dim,), per="group"),
         Column("next_state", "<f4", (group.state_dim,), per="group"),
@@ -136,12 +138,12 @@ class ValueDecomposition(NetworkAlgorithm):
 
     @classmethod
     def policy_specs(cls, group: GroupSpec, job: Any) -> dict[str, PolicySpec]:
-        q = job.learner.qmix
+        q = keys_of(job.learner, QMIXConfig)
         ids = len(group.agents_of(group.policies[0])) if q.agent_id else 0
         return recurrent_q_spec(group, job, q, ids)
 
     def __init__(self, group: GroupSpec, job: Any, seed: int, device: str = "cpu") -> None:
-        self.q = job.learner.qmix
+        self.q = keys_of(job.learner, QMIXConfig)
         super().__init__(group, job, seed, device)
         self.n_agents = len(group.agents)
         self.agent_ids = len(group.agents_of(group.policies[0])) if self.q.agent_id else 0

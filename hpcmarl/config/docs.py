@@ -36,10 +36,12 @@ def _field_docs(cls: type) -> dict[str, str]:
 
 
 def field_help(cls: type, name: str) -> str:
-    """The attribute docstring of one schema field, on one line, for messages and --explain."""
+    """The attribute docstring of one schema field, on one line, for messages and --explain (a
+    field made by code, such as an algorithm's section, carries it as `metadata["doc"]`)."""
     if name not in {f.name for f in dataclasses.fields(cls)}:
         raise KeyError(f"{cls.__name__} has no field {name!r}")
-    return _field_docs(cls).get(name, "")
+    doc = next(f for f in dataclasses.fields(cls) if f.name == name).metadata.get("doc")
+    return str(doc) if doc is not None else _field_docs(cls).get(name, "")
 
 
 def show(value: Any) -> str:

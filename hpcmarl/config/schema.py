@@ -7,12 +7,11 @@ that `python -m hpcmarl --explain` and error messages can say what a key is for.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from hpcmarl.algos.dqn_config import DQNConfig
-from hpcmarl.algos.ppo_config import PPOConfig
-from hpcmarl.algos.r2d2_config import R2D2Config
-from hpcmarl.algos.value_decomposition_config import QMIXConfig
+from hpcmarl.algos import catalog
+
+Section = TypeVar("Section", bound=type)
 
 ENV_FAMILIES = ("gymnasium", "pettingzoo", "openspiel")
 """The values of `env.kind`; `envs.registry.ENV_KINDS` makes each (kept light: no env imports)."""
@@ -67,7 +66,18 @@ class ModelConfig:
     """Keyword arguments of the torso's factory (none for mlp)."""
 
 
+def _algorithm_sections(cls: Section) -> Section:
+    """Give the class a field per built-in algorithm's own section (`learner.dqn`, ...) as the
+    catalog declares them (`algos.catalog.sections`): the algorithms own their keys, beside
+    their code, and a new one is a line of the catalog, not a field here."""
+    for section, (config, doc) in catalog.sections().items():
+        cls.__annotations__[section] = config
+        setattr(cls, section, field(default_factory=config, metadata={"doc": doc}))
+    return cls
+
+
 @dataclass
+@_algorithm_sections
 class LearnerConfig:
     """The learning algorithm, the keys every algorithm shares, and each algorithm's own."""
 
@@ -111,14 +121,6 @@ class LearnerConfig:
     drift_check_interval: int = 100
     """Averaged updates between weight-digest comparisons across the learners of a group (a
     mismatch stops the job naming the learners that differ); 0 turns it off."""
-    dqn: DQNConfig = field(default_factory=DQNConfig)
-    """DQN's keys."""
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    """PPO's keys (also used by mappo and ippo)."""
-    qmix: QMIXConfig = field(default_factory=QMIXConfig)
-    """Value decomposition's keys (qmix and vdn)."""
-    r2d2: R2D2Config = field(default_factory=R2D2Config)
-    """Recurrent DQN's keys."""
 
 
 @dataclass

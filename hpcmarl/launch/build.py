@@ -201,9 +201,9 @@ def check_storage(cfg: JobConfig, spec: EnvSpec, spaces: dict[str, gymnasium.Spa
         )
     if r.ignore_obs_next and any(i.n_step > 1 for i in item_specs(cfg, spec).values()):
         raise ConfigError(
-            "replay.ignore_obs_next rebuilds s' from the next step, and learner.dqn.n_step > 1 "
-            "makes s' the step n ahead",
-            "set learner.dqn.n_step=1 or replay.ignore_obs_next=false",
+            "replay.ignore_obs_next rebuilds s' from the next step, and "
+            f"learner.{decl.section}.n_step > 1 makes s' the step n ahead",
+            f"set learner.{decl.section}.n_step=1 or replay.ignore_obs_next=false",
         )
     if not r.save_only_last_obs:
         return

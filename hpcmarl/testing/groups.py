@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -32,15 +33,15 @@ def group_of(
 
 def job_with(**settings: Any) -> JobConfig:
     """The default job with `learner` keys set: `lr=...` sets learner.lr, `dqn__double_q=...`
-    sets learner.dqn.double_q, `collector__fragment_length=...` sets that section's key."""
+    sets learner.dqn.double_q (any section of `learner`: an algorithm's, `model`),
+    `collector__fragment_length=...` sets that top-level section's key."""
     job = JobConfig()
+    in_learner = {f.name for f in dataclasses.fields(job.learner)}
     for name, value in settings.items():
         section, _, key = name.rpartition("__")
         owner: Any = job.learner
-        if section in ("dqn", "ppo", "qmix", "r2d2"):
-            owner = getattr(job.learner, section)
-        elif section:
-            owner = getattr(job, section)
+        if section:
+            owner = getattr(job.learner if section in in_learner else job, section)
         if not hasattr(owner, key):
             raise AttributeError(f"no key {name}")
         setattr(owner, key, value)

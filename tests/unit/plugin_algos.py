@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from hpcmarl.algos.base import NetworkAlgorithm
+from hpcmarl.algos.catalog import keys_of
 from hpcmarl.algos.contract import Batch, GroupSpec, PolicySpec
 from hpcmarl.algos.networks import policy_layout, policy_network
 from hpcmarl.algos.returns import gae
@@ -62,7 +63,8 @@ class Reinforce(NetworkAlgorithm):
     def item_spec(cls, group: GroupSpec, job: Any) -> ItemSpec:
         obs_dim, _ = group.dims(group.policies[0])
         columns = (*fragment_columns(obs_dim), Column("next_observations", "<f4", (obs_dim,)))
-        replay = ReplaySpec("fifo", max_policy_lag=job.learner.reinforce.max_policy_lag)
+        lag = keys_of(job.learner, ReinforceConfig).max_policy_lag
+        replay = ReplaySpec("fifo", max_policy_lag=lag)
         length = job.collector.fragment_length
         return ItemSpec("fragment", columns, len(group.agents), length, replay)
 
@@ -76,7 +78,7 @@ class Reinforce(NetworkAlgorithm):
         return {key: dataclasses.replace(spec, params=tuple(policy_layout(spec)))}
 
     def __init__(self, group: GroupSpec, job: Any, seed: int, device: str = "cpu") -> None:
-        self.keys = job.learner.reinforce
+        self.keys = keys_of(job.learner, ReinforceConfig)  # learner.reinforce, as built-ins read
         super().__init__(group, job, seed, device)
 
     def build_networks(self) -> dict[str, torch.nn.Module]:

@@ -131,6 +131,29 @@ def test_a_key_that_moved_is_refused_with_its_new_name(old: str, new: str) -> No
     assert f"{old} is not a known key" in msg and f"fix: it moved: write {new} instead" in msg
 
 
+def test_the_algorithm_sections_of_learner_are_the_catalogs() -> None:
+    """LearnerConfig names no algorithm: each built-in section is a field made from the catalog
+    (every job holds them all, as saved config.yaml files do), and keys_of finds a section by
+    its dataclass, a plugin's included."""
+    from hpcmarl.algos.catalog import CATALOG, keys_of, sections
+    from hpcmarl.algos.dqn_config import DQNConfig
+    from hpcmarl.algos.ppo_config import PPOConfig
+    from tests.unit.plugin_algos import ReinforceConfig
+
+    built_in = {d.section for d in CATALOG.values() if d.section}
+    assert list(sections()) == ["dqn", "ppo", "qmix", "r2d2"] and set(sections()) == built_in
+    names = [f.name for f in dataclasses.fields(LearnerConfig)]
+    assert names[-4:] == list(sections()) and "learner.r2d2.n_step" in all_keys()
+    cfg = load_job(None, ["learner.algo=mappo", "learner.ppo.epochs=3"])
+    assert set(job_to_dict(cfg)["learner"]) >= built_in
+    assert keys_of(cfg.learner, PPOConfig) is cfg.learner.ppo and cfg.learner.ppo.epochs == 3
+    assert keys_of(cfg.learner, DQNConfig) is cfg.learner.dqn  # every section, whatever algo
+    plugin = load_job(None, ["learner.algo=tests.unit.plugin_algos:Reinforce"])
+    assert keys_of(plugin.learner, ReinforceConfig) is plugin.learner.reinforce
+    with pytest.raises(LookupError, match="no section of ReinforceConfig"):
+        keys_of(cfg.learner, ReinforceConfig)
+
+
 def test_presets_fix_their_keys_and_refuse_a_contradiction() -> None:
     assert load_job(None, ["learner.algo=mappo"]).learner.ppo.critic == "central"
     assert load_job(None, ["learner.algo=ippo"]).learner.ppo.critic == "local"
