@@ -10,10 +10,13 @@ setup:
 run: setup
 	bash tools/mpirun.sh -n $(RANKS) $(PY) -m hpcmarl $(ARGS)
 
-# The whole suite, with what it needs beyond .venv (h5dump, a local Slurm, Horovod) set up first.
+# The whole suite, with what it needs beyond .venv (h5dump, a local Slurm, Horovod) set up first,
+# on TEST_WORKERS pytest-xdist workers (tests/conftest.py says how it is dealt out; 0: one
+# process, as plain `pytest tests` runs it).
+TEST_WORKERS ?= 2
 test: setup
 	@bash tools/setup_tests.sh
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests
 
 # The failure suite again under MPICH; an exception in and a kill -9 of the commander and of a
 # collector stand for every role there (Open MPI runs all).

@@ -280,10 +280,18 @@ class TimeLimitCycle:
 TIME_LIMIT_CYCLE = TimeLimitCycle()
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the time-limit jobs at once when the session will check them."""
+def start_time_limit_cycle(session: pytest.Session) -> None:
+    """Start the time-limit jobs (once) when the session will check them."""
     if any("time_limited" in getattr(item, "fixturenames", ()) for item in session.items):
         TIME_LIMIT_CYCLE.start()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Without xdist, the jobs start as soon as collection ends. Under xdist every worker
+    collects the whole suite, so only the one that runs the Slurm tests starts them, at its
+    first test of their group (tests/conftest.py)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ and not session.config.option.collectonly:
+        start_time_limit_cycle(session)
 
 
 @pytest.fixture(scope="session")
