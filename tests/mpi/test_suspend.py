@@ -38,7 +38,7 @@ def test_a_job_stopped_and_continued_whole_goes_on(tmp_path: Path) -> None:
     args = [
         "commander.stop_value=null",
         "commander.max_env_steps=10000000",
-        "commander.max_wall_time_s=40",
+        "commander.max_wall_time_s=25",
         "commander.progress_interval_s=1",
         "checkpoint.interval_s=0",
         "runtime.heartbeat_interval_s=1",
