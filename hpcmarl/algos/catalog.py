@@ -52,6 +52,9 @@ class AlgoDecl:
     """The dataclass of `learner.<section>`: its keys, defaults and docstrings."""
     rules: Mapping[str, Any] = field(default_factory=dict)
     """key of its section -> `limits.Rule`: the limits of its keys."""
+    ordered: tuple[tuple[str, str, str], ...] = ()
+    """(smaller, larger, why): keys of its section where the first must not exceed the second
+    (`eps_end <= eps_start`), checked by validation and listed by `--explain`."""
     psro_oracle: bool = False
     """It can be PSRO's best-response oracle (`psro.checks`): it trains online, and its actor,
     frozen, plays the policy it learned without a state carried between decisions (a
@@ -79,6 +82,7 @@ def _built_in(name: str, summary: str, declared: ModuleType, **preset: Any) -> A
         preset=preset,
         config=getattr(declared, "CONFIG", None),
         rules=getattr(declared, "RULES", {}),
+        ordered=tuple(getattr(declared, "ORDERED", ())),
         psro_oracle=getattr(declared, "PSRO_ORACLE", False),
         continuous_actions=getattr(declared, "CONTINUOUS_ACTIONS", False),
     )
@@ -160,6 +164,23 @@ def sections() -> dict[str, tuple[type, str]]:
     }
 
 
+def ordered_pairs(decl: AlgoDecl) -> list[tuple[str, str, str]]:
+    """An algorithm's pairs of keys that must not exceed one another, as job paths
+    (`learner.<section>.KEY`)."""
+    path = f"learner.{decl.section}"
+    return [(f"{path}.{small}", f"{path}.{large}", why) for small, large, why in decl.ordered]
+
+
+def built_in_ordered() -> list[tuple[str, str, str]]:
+    """The pairs of every built-in section, each once, in catalog order: every job holds every
+    built-in section (`sections`), so each is checked whichever algorithm the job names."""
+    pairs: dict[tuple[str, str, str], None] = {}
+    for decl in CATALOG.values():
+        if decl.section is not None:
+            pairs.update(dict.fromkeys(ordered_pairs(decl)))
+    return list(pairs)
+
+
 def keys_of(learner: Any, config: type[Keys]) -> Keys:
     """The job's section (`learner.<section>`) that holds a `config`: an algorithm's code reads
     its keys by their class, never by a section name, which only the catalog (or a plugin's
@@ -200,7 +221,7 @@ def resolve_algorithm(name: str) -> AlgoDecl:
 
     A catalog name is its entry; `module:Class` or an entry point of `hpcmarl.algorithms` is
     imported and described by the class itself (`algos.contract.Algorithm`'s class attributes
-    `config`, `section`, `summary`, `on_policy`, `items`, `rules`, `offline_only`,
+    `config`, `section`, `summary`, `on_policy`, `items`, `rules`, `ordered`, `offline_only`,
     `psro_oracle`)."""
     if name in CATALOG:
         return CATALOG[name]
@@ -265,6 +286,7 @@ def _plugin_decl(name: str, target: str) -> AlgoDecl:
             f"{sorted(needed - fields)}",
             "add batch_fragments: int (fragments per update) and max_policy_lag: int to it",
         )
+    ordered = _ordered_of(name, attr, getattr(cls, "ordered", ()), fields)
     doc = (inspect.getdoc(cls) or attr).split("\n")[0]
     return AlgoDecl(
         name=name,
@@ -276,6 +298,31 @@ def _plugin_decl(name: str, target: str) -> AlgoDecl:
         offline_only=bool(getattr(cls, "offline_only", False)),
         config=config,
         rules=dict(getattr(cls, "rules", {})),
+        ordered=ordered,
         psro_oracle=bool(getattr(cls, "psro_oracle", False)),
         continuous_actions=bool(getattr(cls, "continuous_actions", False)),
     )
+
+
+def _ordered_of(
+    name: str, attr: str, declared: Any, fields: set[str]
+) -> tuple[tuple[str, str, str], ...]:
+    """A plugin's `ordered` pairs, checked when its class is read so that a wrong declaration
+    is one line at start-up, not an error in the middle of validation."""
+    fix = "set the class attribute ordered to (smaller_key, larger_key, why) triples of its keys"
+    triples = isinstance(declared, (list, tuple)) and all(
+        isinstance(p, (list, tuple)) and len(p) == 3 and all(isinstance(s, str) for s in p)
+        for p in declared
+    )
+    if not triples:
+        raise ConfigError(
+            f"learner.algo = {name}: {attr}.ordered is {declared!r:.60}, not (smaller, larger, "
+            "why) triples",
+            fix,
+        )
+    unknown = sorted({key for p in declared for key in p[:2]} - fields)
+    if unknown:
+        raise ConfigError(
+            f"learner.algo = {name}: {attr}.ordered names {unknown}, not keys of its config", fix
+        )
+    return tuple((small, large, why) for small, large, why in declared)

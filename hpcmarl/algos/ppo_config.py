@@ -1,7 +1,7 @@
 """The keys of PPO and its presets mappo and ippo (`learner.ppo`) and their checks, beside its
 code (ppo.py).
 
-`algos.catalog` reads IMPL, SECTION, ON_POLICY, ITEMS, CONFIG and RULES (a plugin class
+`algos.catalog` reads IMPL, SECTION, ON_POLICY, ITEMS, CONFIG, RULES and ORDERED (a plugin class
 declares the same as attributes). Torch-free, so that reading a job (the schema, validation,
 `--explain`) imports no torch.
 """
@@ -88,5 +88,11 @@ RULES: dict[str, Rule] = {
     "max_policy_lag": at_least(0),
 }
 """The allowed values of the keys that have limits, by key (validation and `--explain`)."""
+
+ORDERED: tuple[tuple[str, str, str], ...] = (
+    ("minibatches", "batch_fragments", "each minibatch needs at least one fragment"),
+)
+"""(smaller, larger, why): keys of this section where the first must not exceed the second
+(validation and `--explain`)."""
 
 CONFIG = PPOConfig

@@ -1,6 +1,6 @@
 """The keys of R2D2 (`learner.r2d2`) and their checks, beside its code (r2d2.py).
 
-`algos.catalog` reads IMPL, SECTION, ON_POLICY, ITEMS, CONFIG and RULES (a plugin class
+`algos.catalog` reads IMPL, SECTION, ON_POLICY, ITEMS, CONFIG, RULES and ORDERED (a plugin class
 declares the same as attributes). Torch-free, so that reading a job (the schema, validation,
 `--explain`) imports no torch.
 """
@@ -62,5 +62,11 @@ RULES: dict[str, Rule] = {
     "eps_decay_steps": at_least(1),
 }
 """The allowed values of the keys that have limits, by key (validation and `--explain`)."""
+
+ORDERED: tuple[tuple[str, str, str], ...] = (
+    ("eps_end", "eps_start", "epsilon decays from eps_start to eps_end"),
+)
+"""(smaller, larger, why): keys of this section where the first must not exceed the second
+(validation and `--explain`)."""
 
 CONFIG = R2D2Config

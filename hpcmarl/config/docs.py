@@ -12,7 +12,7 @@ import difflib
 import functools
 import inspect
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import yaml
@@ -162,17 +162,16 @@ def explain(key: str | None = None) -> str:
     ]
     lines += [_explain_key(path, cls, fld, rules) for path, cls, fld in walk()]
     lines += ["", catalog.describe()]
-    lines += ["", "Keys that must not exceed another:"]
-    lines += [f"  {small} <= {large}  ({why})" for small, large, why in ORDERED]
+    lines += _order_lines(ORDERED)
     return "\n".join(lines) + "\n"
 
 
 def explain_algorithm(name: str) -> str:
     """`--explain module:Class` (or an entry point's name): what the algorithm is, and its own
     keys with their types, defaults, checks and help, as `learner.<section>.KEY`."""
-    from hpcmarl.algos.catalog import resolve_algorithm
+    from hpcmarl.algos import catalog
 
-    decl = resolve_algorithm(name)
+    decl = catalog.resolve_algorithm(name)
     kind = "on-policy" if decl.on_policy else "off-policy"
     lines = [f"learner.algo = {name}: {decl.summary} ({kind}, trains on {decl.items}s)"]
     if decl.config is None or decl.section is None:
@@ -183,4 +182,11 @@ def explain_algorithm(name: str) -> str:
     lines += [
         _explain_key(path, cls, fld, rules) for path, cls, fld in walk(decl.config, prefix + ".")
     ]
+    lines += _order_lines(catalog.ordered_pairs(decl))
     return "\n".join(lines) + "\n"
+
+
+def _order_lines(pairs: Iterable[tuple[str, str, str]]) -> list[str]:
+    """`--explain`'s list of keys that must not exceed another; none where there are no pairs."""
+    shown = [f"  {small} <= {large}  ({why})" for small, large, why in pairs]
+    return ["", "Keys that must not exceed another:", *shown] if shown else []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcmarl.algos.catalog import CATALOG, is_algorithm_name
+from hpcmarl.algos.catalog import CATALOG, built_in_ordered, is_algorithm_name
 from hpcmarl.config.schema import ENV_FAMILIES
 from hpcmarl.limits import Rule, above, at_least, one_of, within
 from hpcmarl.loggers import LOGGERS
@@ -184,23 +184,19 @@ RULES.update(
 """Each built-in algorithm's rules, kept beside its code (`algos/<name>_config.py`)."""
 
 ORDERED: tuple[tuple[str, str, str], ...] = (
-    ("learner.dqn.eps_end", "learner.dqn.eps_start", "epsilon decays from eps_start to eps_end"),
-    ("learner.qmix.eps_end", "learner.qmix.eps_start", "epsilon decays from eps_start to eps_end"),
-    ("learner.r2d2.eps_end", "learner.r2d2.eps_start", "epsilon decays from eps_start to eps_end"),
     ("replay.learning_starts", "replay.table_capacity", "a table that never fills never serves"),
     ("learner.batch_size", "replay.table_capacity", "a batch cannot exceed what a table holds"),
-    (
-        "learner.ppo.minibatches",
-        "learner.ppo.batch_fragments",
-        "each minibatch needs at least one fragment",
-    ),
     (
         "runtime.heartbeat_interval_s",
         "runtime.heartbeat_timeout_s",
         "a timeout shorter than the heartbeat interval aborts healthy jobs",
     ),
+    *built_in_ordered(),
 )
-"""(smaller, larger, why): pairs of keys where the first must not exceed the second."""
+"""(smaller, larger, why): pairs of keys where the first must not exceed the second: the shared
+keys', then each built-in algorithm's, declared beside its code (`ORDERED` of
+`algos/<name>_config.py`), in catalog order. A plugin's pairs are checked with its section
+(`validate.build_job`)."""
 
 
 def rule_texts() -> dict[str, str]:

@@ -81,9 +81,15 @@ def _algorithm_sections(cls: Section) -> Section:
 class LearnerConfig:
     """The learning algorithm, the keys every algorithm shares, and each algorithm's own."""
 
-    algo: str = "dqn"
-    """Algorithm name; `python -m hpcmarl --explain` lists them (dqn, bc, ppo, mappo, ippo,
-    qmix, vdn, r2d2)."""
+    algo: str = field(
+        default="dqn",
+        metadata={
+            "doc": "Algorithm name; `python -m hpcmarl --explain` lists them "
+            f"({', '.join(catalog.CATALOG)})."
+        },
+    )
+    """Algorithm name, one of the catalog's (`algos.catalog.CATALOG`, its help made from it) or
+    a plugin's."""
     lr: float = 1e-3
     """Adam learning rate."""
     gamma: float = 0.99

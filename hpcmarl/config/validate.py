@@ -2,7 +2,8 @@
 
 Types come from the schema's annotations, so a new field is type-checked the day it is added;
 allowed values come from `RULES` (in `rules.py`), one entry per key, so the limits of a job are
-read in one place (and printed by `--explain`). Checks that relate two keys are in `ORDERED`.
+read in one place (and printed by `--explain`). Checks that relate two keys are in `ORDERED`
+(each algorithm's declared beside its code).
 """
 
 from __future__ import annotations
@@ -13,11 +14,17 @@ import functools
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from hpcmarl.algos.catalog import CATALOG, AlgoDecl, is_algorithm_name, resolve_algorithm
+from hpcmarl.algos.catalog import (
+    CATALOG,
+    AlgoDecl,
+    is_algorithm_name,
+    ordered_pairs,
+    resolve_algorithm,
+)
 from hpcmarl.config.docs import EXPLAIN_HINT, default_of, show, unknown_key_fix
 from hpcmarl.config.rules import ORDERED, RULES
 from hpcmarl.config.schema import JobConfig, LearnerConfig
@@ -183,8 +190,8 @@ def _value_at(job: JobConfig, path: str) -> Any:
     return functools.reduce(getattr, path.split("."), job)
 
 
-def _check_order(job: JobConfig, ctx: _Ctx) -> None:
-    for small, large, why in ORDERED:
+def _check_order(job: JobConfig, ctx: _Ctx, pairs: Iterable[tuple[str, str, str]]) -> None:
+    for small, large, why in pairs:
         a, b = (_value_at(job, key) for key in (small, large))
         if a > b:
             where = ctx.where(small, large)
@@ -220,7 +227,9 @@ def build_job(data: Any, source: str, origins: Mapping[str, str] | None = None) 
         rules = {f"{path}.{key}": rule for key, rule in decl.rules.items()}
         plugin_ctx = dataclasses.replace(ctx, rules=rules)
         setattr(job.learner, str(decl.section), _section(decl.config, own, path, plugin_ctx))
-    _check_order(job, ctx)
+    _check_order(job, ctx, ORDERED)
+    if decl is not None and decl.config is not None and decl.plugin:
+        _check_order(job, ctx, ordered_pairs(decl))  # the plugin's own, once its section is set
     _apply_preset(job, data, ctx)
     return job
 

@@ -118,6 +118,9 @@ def test_explain_lists_the_plugins_keys(capsys: pytest.CaptureFixture[str]) -> N
     text = capsys.readouterr().out
     assert "learner.reinforce.gae_lambda: float = 1.0  [must be >= 0 and <= 1]" in text
     assert "REINFORCE with a learned baseline" in text
+    assert hpcmarl_main(["--explain", f"{HERE}:PatientReinforce"]) == 0
+    pair = "learner.reinforce.max_policy_lag <= learner.reinforce.batch_fragments  (a fragment"
+    assert pair in capsys.readouterr().out
     assert hpcmarl_main(["--explain"]) == 0
     assert "module:Class  your own algorithm" in capsys.readouterr().out
 
@@ -134,7 +137,20 @@ class LaglessReinforce(plugin_algos.Reinforce):
     config = dataclasses.make_dataclass("Keys", [("entropy_coef", float, 0.0)])
 
 
+class PatientReinforce(plugin_algos.Reinforce):
+    """Declares keys of its section that must not exceed another, as built-ins do."""
+
+    ordered = (("max_policy_lag", "batch_fragments", "a fragment lags less than an update"),)
+
+
+class MisorderedReinforce(plugin_algos.Reinforce):
+    """A declaration gone wrong: an ordered pair naming a key its config lacks."""
+
+    ordered = (("lag", "batch_fragments", "no such key"),)
+
+
 HERE = "tests.unit.test_plugin_algos"
+PATIENT = f"learner.algo={HERE}:PatientReinforce"
 ERRORS = [
     ([f"learner.algo={HERE}:FrameReinforce"], "items is 'frames', not an item kind"),
     ([f"learner.algo={HERE}:LaglessReinforce"], "lacks ['batch_fragments', 'max_policy_lag']"),
@@ -147,6 +163,11 @@ ERRORS = [
     ([f"learner.algo={REINFORCE}", "learner.reinforce.clip=0.2"], "is not a known key"),
     ([f"learner.algo={REINFORCE}", "env.id=Pendulum-v1"], "Reinforce needs a Discrete action"),
     ([f"learner.algo={REINFORCE}", "learner.reinforce.gae_lambda=x"], "expected a finite"),
+    (
+        [PATIENT, "learner.reinforce.max_policy_lag=9"],
+        "learner.reinforce.max_policy_lag = 9 is above learner.reinforce.batch_fragments = 8",
+    ),
+    ([f"learner.algo={HERE}:MisorderedReinforce"], "ordered names ['lag'], not keys of its"),
 ]
 
 
