@@ -22,19 +22,21 @@ def act_all(
     greedy: bool | AbstractSet[str],
     masks: dict[str, np.ndarray] | None = None,
     memory: Memory | None = None,
+    groups: list[tuple[str, list[str]]] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
     """Actions of every agent and what each actor recorded beside them (e.g. `log_probs`),
     with one forward pass per key over the agents bound to it, among each agent's legal
     actions when the env has `masks`. An agent's index (for actors that take it) is its place
     among the agents bound to its key, in environment order. `greedy` is for every key, or
     the set of keys that act greedily (PSRO's frozen opponents) while the others explore.
-    Recurrent actors read and advance their agents' states in `memory`."""
-    by_key: dict[str, list[str]] = {}
-    for agent in bindings:
-        by_key.setdefault(bindings[agent], []).append(agent)
+    Recurrent actors read and advance their agents' states in `memory`. `groups`: the
+    bindings grouped by key (`agents_by_key`), for a caller that acts every step with the
+    same bindings and groups them once."""
+    if groups is None:
+        groups = agents_by_key(bindings)
     actions: dict[str, np.ndarray] = {}
     extras: dict[str, dict[str, np.ndarray]] = {}
-    for key, agents in by_key.items():
+    for key, agents in groups:
         actor = actors[key]
         spec = actor.spec
         key_greedy = greedy if isinstance(greedy, bool) else key in greedy
@@ -65,6 +67,14 @@ def act_all(
         if recurrent is not None and result.recurrent_state is not None:
             recurrent.store(agents, result.recurrent_state)
     return actions, extras
+
+
+def agents_by_key(bindings: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """(key, the agents bound to it in environment order) per key, in order of first use."""
+    by_key: dict[str, list[str]] = {}
+    for agent, key in bindings.items():
+        by_key.setdefault(key, []).append(agent)
+    return list(by_key.items())
 
 
 def _joined(arrays: dict[str, np.ndarray], agents: list[str]) -> np.ndarray:

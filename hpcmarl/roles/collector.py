@@ -30,11 +30,15 @@ from ..core import Batch, Role
 from ..errors import EnvOutputError
 from ..items.writers import ItemWriter, StepRecord
 from ..population import server_for
-from .acting import Memory, act_all
+from .acting import Memory, act_all, agents_by_key
 from .evaluation import Evaluation
 from .state_tree import restore_rng, rng_state
 
 MAX_ENV_FAILURES = 3
+STEPS_PER_POLL = 8
+"""Env steps one `work()` takes at most: a poll's own bookkeeping (messages, heartbeat, the
+task's checks) cost about 2.5 % of a CartPole step each time (docs/benchmarks.md), and a
+waiting message still stops the run of steps, as does a fragment's end."""
 
 
 class Collector(Role):
@@ -83,6 +87,8 @@ class Collector(Role):
         self.versions: dict[str, int] = {}
         self.pulling: set[str] = set()
         self.bindings: dict[str, str] = {}
+        self.by_key: list[tuple[str, list[str]]] = []
+        """The task's agents grouped by the key they act with (`agents_by_key`)."""
         self.ready = False
         """The task's actors and versions are in hand (then they stay: versions only grow)."""
         self.agent_versions: dict[str, int] = {}
@@ -122,12 +128,15 @@ class Collector(Role):
             return self.finish_task()
         if not self.weights_ready():
             return False
-        self.step_env()
+        for _ in range(STEPS_PER_POLL):
+            if not self.step_env() or self.inbox:
+                break
         return True
 
     def handle_task(self, msg: Message) -> None:
         self.task, self.asked, self.fragments_sent = msg.meta, False, 0
         self.bindings, self.ready = dict(msg.meta["bindings"]), False
+        self.by_key = agents_by_key(self.bindings)
         self.task_items = {group: {} for group in self.writers}
         self.episodes.start_task()
         self.recorded = set(msg.meta.get("record", self.writers))
@@ -223,8 +232,9 @@ class Collector(Role):
             self.agent_versions = {a: self.versions[k] for a, k in self.bindings.items()}
         return self.ready
 
-    def step_env(self) -> None:
-        """One step of every env copy; a full fragment moves to the outbox."""
+    def step_env(self) -> bool:
+        """One step of every env copy; a full fragment moves to the outbox. False when the
+        steps of this task must stop here: the fragment ended, or the env failed."""
         assert self.task is not None
         state = self.env.states
         recurrent = dict(self.memory.states)  # what each agent acts from (store swaps arrays)
@@ -237,6 +247,7 @@ class Collector(Role):
             greedy=self.greedy_keys,
             masks=self.masks,
             memory=self.memory,
+            groups=self.by_key,
         )
         try:
             step = self.env.step(actions)
@@ -244,7 +255,7 @@ class Collector(Role):
             raise  # what the env returns is wrong, and will be again: no retry
         except Exception as err:  # noqa: BLE001 - an environment may fail; the task is lost
             self.abandon_task(err)
-            return
+            return False
         # every field, in its order: by keyword, this call cost twice as much (about 6 % of
         # the collector's own work per CartPole step)
         record = StepRecord(
@@ -267,6 +278,8 @@ class Collector(Role):
         self.env_steps += self.env.num_envs
         if self.advance_writers():
             self.end_fragment()
+            return False
+        return True
 
     def advance_writers(self) -> bool:
         full = True
@@ -446,21 +459,27 @@ EPISODES_PER_GENERATION = 10**8
 one's (`EpisodeTracker.rebase`), below the next collector's (index x 10**9)."""
 
 
+RUN_STEPS = 64
+"""Steps whose lengths `EpisodeTracker` works out at once (`_plan_run`)."""
+
+
 class EpisodeTracker:
     """Episode ids, lengths and returns of each env copy; finished episodes since task start.
 
     It runs every env step, where each numpy call costs about as much as a few dozen Python
     operations: returns are Python floats (the same float64 sums numpy would make), a step's
-    lengths a fresh array made with one addition of arrays of one dtype, and ended episodes
-    are looked for in the flags' bytes (`tobytes` costs a fifth of `count_nonzero` and a
-    tenth of `any()`: about 600, 3,000 and 8,000 instructions)."""
+    lengths a row of a table of the next `RUN_STEPS` steps' lengths made while no episode ends
+    (a row, a fresh view, costs about a tenth of the addition that made a fresh array each
+    step), and ended episodes are looked for in the flags' bytes (`tobytes` costs a fifth of
+    `count_nonzero` and a tenth of `any()`: about 600, 3,000 and 8,000 instructions)."""
 
     def __init__(self, num_envs: int, index: int) -> None:
         self.base = index * 10**9
         self.count = num_envs
         self.ids = self.base + np.arange(num_envs, dtype=np.int64)
         self.lengths = np.zeros(num_envs, np.int32)
-        self._one_step = np.ones(num_envs, np.int32)
+        self._ramp = np.arange(1, RUN_STEPS + 1, dtype=np.int32)[:, None]
+        self._plan_run()
         self.returns = [0.0] * num_envs
         self.finished_returns: list[float] = []
         self.finished_lengths: list[int] = []
@@ -480,7 +499,13 @@ class EpisodeTracker:
         self.ids = self.base + self.count + np.arange(n, dtype=np.int64)
         self.count += n
         self.lengths = np.zeros(n, np.int32)
+        self._plan_run()
         self.returns = [0.0] * n
+
+    def _plan_run(self) -> None:
+        """The lengths of the next `RUN_STEPS` steps if no episode ends, a row per step (an
+        episode's end plans anew from the lengths it leaves)."""
+        self._run, self._next = self.lengths + self._ramp, 0
 
     def start_task(self) -> None:
         self.finished_returns, self.finished_lengths, self.finished_ids = [], [], []
@@ -493,11 +518,14 @@ class EpisodeTracker:
         returns = self.returns
         for i, reward in enumerate(total.tolist()):
             returns[i] += reward
-        self.lengths = self.lengths + self._one_step
+        if self._next == RUN_STEPS:
+            self._plan_run()
+        self.lengths, self._next = self._run[self._next], self._next + 1
         if 1 in step.episode_ended.tobytes():  # a True is the byte 1
-            self._close(np.flatnonzero(step.episode_ended))
+            self._close(step.episode_ended.nonzero()[0].tolist())
 
-    def _close(self, ended: np.ndarray) -> None:
+    def _close(self, ended: list[int]) -> None:
+        self.lengths = self.lengths.copy()  # the run's row may be in a step record
         for i in ended:
             self.finished_returns.append(self.returns[i])
             self.finished_lengths.append(int(self.lengths[i]))
@@ -505,6 +533,7 @@ class EpisodeTracker:
             self.returns[i], self.lengths[i] = 0.0, 0
             self.ids[i] = self.base + self.count
             self.count += 1
+        self._plan_run()
 
     def task_summary(self) -> dict:
         return {
