@@ -6,8 +6,8 @@ module's tests. Each module stays on one worker, with its module fixtures (an ea
 several tests read). Two groups span modules:
 - `cluster`: the Slurm and multi-host tiers share machine-wide state (the single-node Slurm and
   its time-limit jobs, the namespaces of `tools/local_cluster.sh`, which the tier takes down at
-  its end), so one worker runs them all, in collection order: the multi-host tests first, while
-  the time-limit jobs run;
+  its end), so one worker runs them all, first, in collection order: the multi-host tests
+  while the time-limit jobs run, then the Slurm ones;
 - `deterministic`: the deterministic runs that tests/checkpoint/test_deterministic.py trains once
   per session are also read by tests/mpi/test_compact_items.py.
 The groups are the scheduler's own (xdist's `xdist_group` marks do not reach pytest 9's node
@@ -45,11 +45,21 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    config.option.loadscopereorder = False  # by test count, it left 1-test modules of 65 s last
+
     class ByGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return group_of(nodeid)
 
     return ByGroup(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under xdist, the `cluster` group is dealt out first (its Slurm jobs take minutes of
+    waiting to run through), the rest in collection order, so the unit tests, many and short,
+    come last and fill the end evenly."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        items.sort(key=lambda item: group_of(item.nodeid) != "cluster")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
