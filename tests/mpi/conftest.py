@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -55,6 +57,24 @@ def run_local(
         )
 
 
+@contextlib.contextmanager
+def interrupts_deliverable() -> Iterator[None]:
+    """A job started inside takes SIGINT as a terminal's foreground job does, also where the
+    suite itself runs with SIGINT ignored (started in the background by a non-interactive
+    shell, as CI may be): an ignored signal is inherited, and tools/mpirun.sh, a shell, cannot
+    trap one ignored on entry, so Ctrl-C to the job's process group reached no rank (a
+    clean-clone run of the suite hung in test_interrupts that way)."""
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    in_main = threading.current_thread() is threading.main_thread()
+    if ignored and in_main:  # a handler of our own is reset to the default in the child
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored and in_main:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class BackgroundJob:
     """`mpirun -n ranks python -m hpcmarl ARGS` running while a test acts on it (signals,
     kills); every wait is bounded, and a job left running is killed with its process group."""
@@ -70,15 +90,16 @@ class BackgroundJob:
         hpcmarl = [sys.executable, "-m", "hpcmarl", *args]
         cmd = ["bash", str(MPIRUN), "-n", str(ranks), *(wrapper or []), *hpcmarl]
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "HPCMARL_VENV": VENV, **(env or {})}
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env=full_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        with interrupts_deliverable():
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=ROOT,
+                env=full_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
 
     def wait_for(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
