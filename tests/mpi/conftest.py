@@ -75,6 +75,21 @@ def interrupts_deliverable() -> Iterator[None]:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def start_in_background(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """`cmd` in a session of its own (its process group takes the test's signals), output
+    piped, able to take SIGINT."""
+    with interrupts_deliverable():
+        return subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+
 class BackgroundJob:
     """`mpirun -n ranks python -m hpcmarl ARGS` running while a test acts on it (signals,
     kills); every wait is bounded, and a job left running is killed with its process group."""
@@ -90,16 +105,7 @@ class BackgroundJob:
         hpcmarl = [sys.executable, "-m", "hpcmarl", *args]
         cmd = ["bash", str(MPIRUN), "-n", str(ranks), *(wrapper or []), *hpcmarl]
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "HPCMARL_VENV": VENV, **(env or {})}
-        with interrupts_deliverable():
-            self.proc = subprocess.Popen(
-                cmd,
-                cwd=ROOT,
-                env=full_env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                start_new_session=True,
-            )
+        self.proc = start_in_background(cmd, full_env)
 
     def wait_for(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout

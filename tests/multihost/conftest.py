@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from ..mpi.conftest import MPIRUN, ROOT, VENV, BackgroundJob
+from ..mpi.conftest import MPIRUN, ROOT, VENV, BackgroundJob, start_in_background
 
 LOCAL_CLUSTER = ROOT / "tools" / "local_cluster.sh"
 STATE = Path(os.environ.get("HPCMARL_CLUSTER_DIR", "/run/hpcmarl-cluster"))
@@ -189,12 +189,4 @@ class ClusterJob(BackgroundJob):
         """In the environment of each process of this job: `Cluster.processes(job.mark)`."""
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "HPCMARL_VENV": VENV}
         env.update([self.mark.split("=", 1)])
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        self.proc = start_in_background(cmd, env)
