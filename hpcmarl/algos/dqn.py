@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -82,6 +83,12 @@ class DQN(NetworkAlgorithm):
         explore = {"eps_start": d.eps_start, "eps_end": d.eps_end, "eps_decay": d.eps_decay_steps}
         return q_policy_spec(group, job, explore)
 
+    @functools.cached_property
+    def dqn_keys(self) -> DQNConfig:
+        """The job's DQN section, looked up once (`keys_of` scans the sections; every update
+        reads it)."""
+        return keys_of(self.cfg, DQNConfig)
+
     def build_networks(self) -> dict[str, torch.nn.Module]:
         (spec,) = self.policy_specs(self.group, self.job).values()
         self.q = policy_network(spec)
@@ -101,7 +108,7 @@ class DQN(NetworkAlgorithm):
 
         `weights` are importance-sampling weights from prioritized replay (None means all ones).
         """
-        d = keys_of(self.cfg, DQNConfig)
+        d = self.dqn_keys
         obs = self.tensor(batch, "observations", torch.float32)
         actions = self.tensor(batch, "actions", torch.int64)
         rewards = self.tensor(batch, "rewards", torch.float32)
@@ -133,14 +140,14 @@ class DQN(NetworkAlgorithm):
         return flat_grad, stats, td_np
 
     def after_step(self) -> None:
-        d = keys_of(self.cfg, DQNConfig)
+        d = self.dqn_keys
         self.follow_targets([(self.q, self.q_target)], d.target_network_update_freq, d.target_tau)
 
     def _next_value(self, next_obs: torch.Tensor, next_mask: torch.Tensor | None) -> torch.Tensor:
         """Value of s' over its legal actions: double Q scores the online argmax with the
         target net; a row with no legal action is worth 0."""
         q_next_target = self.q_target(next_obs)
-        if not keys_of(self.cfg, DQNConfig).double_q:
+        if not self.dqn_keys.double_q:
             return masked_max(q_next_target, next_mask)
         best = masked_argmax(self.q(next_obs), next_mask)
         value = q_next_target.gather(1, best).squeeze(1)
